@@ -1,0 +1,1 @@
+"""The product surface: the `hexrag` CLI (and, later, the HTTP chat API)."""

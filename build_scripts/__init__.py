@@ -1,0 +1,1 @@
+"""Build stage: weights (GGUF / Hugging Face) -> static ONNX graphs -> model directory with a manifest."""

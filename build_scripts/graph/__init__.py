@@ -1,0 +1,1 @@
+"""ONNX graph construction with the `onnx` package only (no torch at build time)."""

