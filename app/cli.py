@@ -6,6 +6,7 @@ Each command calls one library function; typed errors become a one-line message 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import sys
 from pathlib import Path
@@ -46,10 +47,14 @@ def _sizes(value: str) -> tuple[int, ...]:
     return sizes
 
 
-@click.group()
+@click.group(context_settings={"auto_envvar_prefix": "HEXRAG"})
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
-    """hexrag: on-device retrieval-augmented chat for Snapdragon NPUs."""
+    """hexrag: on-device retrieval-augmented chat for Snapdragon NPUs.
+
+    Every option also reads an environment variable: HEXRAG_<COMMAND>_<OPTION>, e.g.
+    HEXRAG_GENERATE_BACKEND=htp.
+    """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
 
 
@@ -113,6 +118,107 @@ def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str 
 
     m = build_embedder(weights, out, batch=batch, seq=seq, name=name)
     click.echo(f"built {m.name}: {m.graphs[0].file} in {out}")
+
+
+# ---- runtime ----------------------------------------------------------------------------
+_backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
+                        help="cpu: ONNX Runtime CPU EP (baseline); htp: Hexagon NPU through QNN.")
+_threads = click.option("--threads", type=int, default=None, help="CPU threads (default: all cores).")
+
+
+@main.command()
+@click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path), help="LLM model directory.")
+@click.option("--prompt", required=True, help="Prompt text (with --chat: the user message).")
+@click.option("--chat", is_flag=True, help="Render the prompt with the model's chat template.")
+@click.option("--system", help="System message for --chat (default: the template's own).")
+@click.option("--max-tokens", default=256, show_default=True)
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", default=1.0, show_default=True)
+@click.option("--top-k", default=0, show_default=True)
+@click.option("--repetition-penalty", default=1.0, show_default=True)
+@click.option("--seed", type=int, default=None)
+@click.option("--stop", multiple=True, help="Stop string (repeatable); never part of the output.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+@_backend
+@_threads
+@_friendly
+def generate(model_dir, prompt, chat, system, max_tokens, temperature, top_p, top_k, repetition_penalty, seed,
+             stop, as_json, backend, threads) -> None:
+    """Generate text from a prompt (streams to stdout)."""
+    from runtime.llm import LLM
+    from runtime.sampling import SamplingParams
+
+    try:
+        sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
+                                  repetition_penalty=repetition_penalty, seed=seed)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    llm = LLM(model_dir, backend=backend, threads=threads)
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    ids = llm.encode_chat(messages) if chat else llm.encode(prompt)
+    gen = llm.generate(ids, max_new_tokens=max_tokens, sampling=sampling, stop=list(stop))
+    for delta in gen:
+        if not as_json:
+            click.echo(delta.text, nl=False)
+    r = gen.result
+    if as_json:
+        click.echo(json.dumps({
+            "token_ids": r.token_ids, "text": r.text, "finish_reason": r.finish_reason,
+            "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+            "cached_tokens": r.cached_tokens,
+            "timings": {"ttft_s": round(r.ttft_s, 4), "prefill_tok_s": round(r.prefill_tok_s, 1),
+                        "decode_tok_s": round(r.decode_tok_s, 1)},
+        }, ensure_ascii=False))
+    else:
+        click.echo()
+        logging.getLogger(__name__).info(
+            "[%s, %d prompt + %d tokens, TTFT %.0f ms, decode %.1f tok/s]", r.finish_reason, r.prompt_tokens,
+            r.completion_tokens, r.ttft_s * 1000, r.decode_tok_s)
+
+
+@main.command()
+@click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path), help="Embedder model directory.")
+@click.argument("texts", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (vectors, dimension, truncation flags).")
+@_backend
+@_threads
+@_friendly
+def embed(model_dir, texts, as_json, backend, threads) -> None:
+    """Embed texts into L2-normalised vectors."""
+    from runtime.embedder import Embedder
+
+    out = Embedder(model_dir, backend=backend, threads=threads).embed(list(texts))
+    if as_json:
+        click.echo(json.dumps({"dim": out.vectors.shape[1], "truncated": out.truncated,
+                               "embeddings": [[round(float(x), 6) for x in v] for v in out.vectors]}))
+    else:
+        for text, v, cut in zip(texts, out.vectors, out.truncated):
+            click.echo(f"{text[:40]!r}{' (truncated)' if cut else ''}: [{', '.join(f'{x:.4f}' for x in v[:6])}, ...]")
+
+
+# ---- quick start ------------------------------------------------------------------------
+@main.command()
+@click.option("--models-dir", default="models", show_default=True, type=click.Path(path_type=Path),
+              help="Where built model directories live.")
+@click.option("--question", default="What should I do when the tyre pressure warning light comes on?",
+              show_default=True)
+@_backend
+@_friendly
+def quickstart(models_dir: Path, question: str, backend: str) -> None:
+    """Fetch and build the embedded default models (once), then answer a question."""
+    from app.quickstart import ensure_default_models
+    from runtime.llm import LLM
+
+    llm_dir, embedder_dir = ensure_default_models(models_dir)
+    click.echo(f"models ready: {llm_dir}, {embedder_dir}", err=True)
+    llm = LLM(llm_dir, backend=backend)
+    click.echo(f"> {question}")
+    gen = llm.generate(llm.encode_chat([{"role": "user", "content": question}]), max_new_tokens=200)
+    for delta in gen:
+        click.echo(delta.text, nl=False)
+    click.echo()
+    r = gen.result
+    click.echo(f"[TTFT {r.ttft_s * 1000:.0f} ms, decode {r.decode_tok_s:.1f} tok/s on {backend}]", err=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,11 @@
-"""One ONNX Runtime session per graph, on the CPU EP (the baseline) or QNN HTP."""
+"""One ONNX Runtime session per graph, on the CPU EP (the baseline) or QNN HTP.
+
+`backend="htp"` runs through the `onnxruntime-qnn` plugin EP with CPU fallback disabled, so a
+graph either runs entirely on the NPU or fails to load with a one-line `RuntimeModelError`.
+It accepts both a plain ONNX graph (compiled for HTP when the session is created; float graphs
+run in fp16 and need the SoC model) and an EPContext model (`*_ctx.onnx` + its `.bin`, built by
+`build_scripts/compile.py`: loads in milliseconds).
+"""
 
 from __future__ import annotations
 
@@ -14,20 +21,90 @@ BACKENDS = ("cpu", "htp")
 
 
 class GraphSession:
-    """Runs one graph file; inputs/outputs are numpy arrays keyed by graph I/O name."""
+    """Runs one graph file; inputs/outputs are numpy arrays keyed by graph I/O name.
 
-    def __init__(self, path: Path, backend: str = "cpu", threads: int | None = None):
+    HTP-only keyword arguments (ignored by the CPU backend):
+      soc_model         QNN SoC id (57 = SM8650 …); needed to compile a float graph; default
+                        $HEXRAG_QNN_SOC_MODEL. EPContext models carry their target already.
+      htp_arch          HTP architecture number (75 …), optional.
+      performance_mode  htp_performance_mode, default "burst".
+      fp16              enable_htp_fp16_precision; default: on for plain float graphs.
+      log_level         "verbose" | "info" | "warning" | "error" | "fatal" (or 0-4); default
+                        $HEXRAG_QNN_LOG_LEVEL, else "error". QNN's log follows it.
+      share_ep_contexts load a context binary shared by several graphs (prefill + decode) once
+                        for all sessions of the process; default: on when the binary holds
+                        more than one graph (devices only: the x86 simulator cannot load them).
+      provider_options  extra QNN provider options, passed through.
+      session_config    extra session config entries, passed through.
+    """
+
+    def __init__(self, path: Path, backend: str = "cpu", threads: int | None = None, *,
+                 soc_model: int | None = None, htp_arch: int | None = None, performance_mode: str = "burst",
+                 fp16: bool | None = None, log_level: str | int | None = None,
+                 share_ep_contexts: bool | None = None, provider_options: dict[str, str] | None = None,
+                 session_config: dict[str, str] | None = None):
         if backend not in BACKENDS:
             raise RuntimeModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+        self.path = Path(path)
+        self.backend = backend
+        if not self.path.is_file():
+            raise RuntimeModelError(f"graph file {self.path} is missing; rebuild the model")
         if backend == "htp":
-            raise RuntimeModelError("the htp backend is not available in this build yet")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or int(os.environ.get("HEXRAG_THREADS", "0"))
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.path = path
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self._session = self._htp_session(threads, soc_model, htp_arch, performance_mode, fp16, log_level,
+                                              share_ep_contexts, provider_options, session_config)
+        else:
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads or int(os.environ.get("HEXRAG_THREADS", "0"))
+            options.inter_op_num_threads = 1
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         self.output_names = [o.name for o in self._session.get_outputs()]
+        self.input_names = [i.name for i in self._session.get_inputs()]
+
+    def _htp_session(self, threads, soc_model, htp_arch, performance_mode, fp16, log_level, share,
+                     extra_options, extra_config) -> ort.InferenceSession:
+        from runtime import qnn
+
+        kind = qnn.inspect_graph(self.path)
+        config = dict(extra_config or {})
+        if kind.ep_context:
+            self._check_context(kind)
+            multi = any(qnn.binary_graph_count(b) > 1 for b in kind.binaries)
+            if multi and qnn.is_simulator():
+                raise RuntimeModelError(
+                    f"{self.path.name} uses a context binary with shared weights (a device build); the x86 HTP "
+                    f"simulator cannot load those: use the unshared 'sim' build of this target")
+            if share if share is not None else multi:
+                config["ep.share_ep_contexts"] = "1"
+            fp16 = False  # precision is baked into the binary
+        else:
+            if soc_model is None and os.environ.get(qnn.SOC_MODEL_ENV):
+                soc_model = int(os.environ[qnn.SOC_MODEL_ENV])
+            if fp16 is None:
+                fp16 = not kind.quantized
+        options = qnn.provider_options(soc_model=soc_model, htp_arch=htp_arch, performance_mode=performance_mode,
+                                       fp16=fp16, extra=extra_options)
+        so = qnn.session_options(options, log_level=log_level, threads=threads, config=config)
+        try:
+            return ort.InferenceSession(str(self.path), so)
+        except Exception as e:  # noqa: BLE001 - ORT raises Fail / EPFail / InvalidArgument ...
+            raise RuntimeModelError(f"cannot load {self.path.name} on QNN HTP: {qnn.ort_message(e)}") from None
+
+    def _check_context(self, kind) -> None:
+        from runtime import qnn
+
+        for b in kind.binaries:
+            if not b.is_file():
+                raise RuntimeModelError(f"{self.path.name} needs context binary {b.name}, which is missing; "
+                                        f"rebuild the HTP target")
+        have = qnn.versions().get("qnn_sdk")
+        if kind.sdk_version and have and not kind.sdk_version.lstrip("v").startswith(have + "."):
+            raise RuntimeModelError(f"{self.path.name} was compiled with QNN {kind.sdk_version.lstrip('v')}, "
+                                    f"this runtime has QNN {have}: recompile the HTP target")
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self.output_names, self._session.run(self.output_names, feeds)))
+
+    @property
+    def providers(self) -> list[str]:
+        return self._session.get_providers()

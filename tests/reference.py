@@ -302,7 +302,7 @@ class RefDecoder:
         """Greedy continuation (new ids only); stops early after emitting a stop id."""
         ids, new = list(token_ids), []
         for _ in range(n_new):
-            nxt = int(np.argmax(self.logits(ids)[-1]))
+            nxt = int(np.argmax(_linear(self.hidden_states(ids)[-1:], self.lm_head)[0]))
             ids.append(nxt)
             new.append(nxt)
             if nxt in stop_ids:

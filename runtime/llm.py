@@ -1,0 +1,181 @@
+"""The LLM engine: chat prompts, prefix reuse, sampling, stop handling and streaming.
+
+    prompt ids ─► reuse cached prefix ─► Decoder.feed(suffix) ─► sample ─┬─► detokenize ─► stop filter ─► deltas
+                                             ▲                            │
+                                             └──── Decoder.feed([token]) ◄┘  until stop / length / cancel
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from runtime.chat_template import ChatTemplate
+from runtime.decoder import Decoder
+from runtime.errors import ContextOverflowError, RuntimeModelError
+from runtime.sampling import SamplingParams, sample_next
+from runtime.textstream import IncrementalDetokenizer, StopStringFilter
+
+
+@dataclass
+class Delta:
+    """One step of a streamed generation: the token sampled and the text it released (may be empty)."""
+
+    token_id: int
+    text: str
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    text: str
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens reused from the previous request's cache
+    ttft_s: float
+    prefill_s: float
+    decode_s: float
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def prefill_tok_s(self) -> float:
+        fed = self.prompt_tokens - self.cached_tokens
+        return fed / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        steps = max(self.completion_tokens - 1, 0)
+        return steps / self.decode_s if self.decode_s > 0 else 0.0
+
+
+class Generation:
+    """Iterate for `Delta`s; `result` is set once the iteration ends."""
+
+    def __init__(self, steps: Iterator[Delta]):
+        self._steps = steps
+        self.result: GenerationResult | None = None
+
+    def __iter__(self) -> Iterator[Delta]:
+        self.result = yield from self._steps
+
+    def run(self) -> GenerationResult:
+        for _ in self:
+            pass
+        return self.result
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class LLM:
+    def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None):
+        self.decoder = Decoder(model_dir, backend=backend, threads=threads)
+        m = self.decoder.manifest
+        self.name = m.name
+        self.context = self.decoder.context
+        self.tokenizer = Tokenizer.from_file(str(self.decoder.dir / m.tokenizer.file))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.add_bos = m.tokenizer.add_bos
+        self.bos_id = m.tokenizer.bos_id
+        self.stop_ids = set(m.tokenizer.stop_ids)
+        template = m.tokenizer.chat_template
+        self.template = ChatTemplate((self.decoder.dir / template).read_text(), m.tokenizer.bos_token,
+                                     m.tokenizer.eos_token) if template else None
+        self._busy = threading.Lock()  # one generation at a time owns the KV cache
+
+    # ---- prompts ----------------------------------------------------------------------
+    def chat_prompt(self, messages: list[dict]) -> str:
+        if self.template is None:
+            raise RuntimeModelError(f"model {self.name} has no chat template; use a plain prompt")
+        return self.template.render(messages, add_generation_prompt=True)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a prompt; special tokens written in the text (from a chat template) are kept."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if self.add_bos and self.bos_id is not None and (not ids or ids[0] != self.bos_id):
+            ids.insert(0, self.bos_id)
+        return ids
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        return self.encode(self.chat_prompt(messages))
+
+    # ---- generation -------------------------------------------------------------------
+    def generate(self, prompt_ids: list[int], max_new_tokens: int = 256, sampling: SamplingParams | None = None,
+                 stop: list[str] | None = None, cancel: threading.Event | None = None) -> Generation:
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if len(prompt_ids) >= self.context:  # at least one slot must stay free for the answer
+            raise ContextOverflowError(len(prompt_ids), self.context)
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        return Generation(self._steps(list(prompt_ids), max_new_tokens, sampling or SamplingParams(),
+                                      stop or [], cancel or threading.Event()))
+
+    def _steps(self, prompt: list[int], max_new: int, sampling: SamplingParams, stops: list[str],
+               cancel: threading.Event):
+        with self._busy:
+            start = time.perf_counter()
+            dec = self.decoder
+            # prefix reuse: keep what the cache already holds of this prompt, feed only the rest
+            cached = min(common_prefix(dec.tokens, prompt), len(prompt) - 1)
+            dec.rewind(cached)
+            logits = dec.feed(prompt[cached:])
+            prefill_s = time.perf_counter() - start
+
+            rng = np.random.default_rng(sampling.seed)
+            detok = IncrementalDetokenizer(self.tokenizer)
+            stop_filter = StopStringFilter(stops)
+            history = list(prompt)
+            out_ids: list[int] = []
+            text: list[str] = []
+            finish, ttft = "length", None
+            decode_start = time.perf_counter()
+            while True:
+                if cancel.is_set():
+                    finish = "cancelled"
+                    break
+                token = sample_next(logits, sampling, rng, history)
+                if ttft is None:
+                    ttft = time.perf_counter() - start
+                    decode_start = time.perf_counter()
+                if token in self.stop_ids:
+                    finish = "stop"
+                    break
+                out_ids.append(token)
+                history.append(token)
+                delta = stop_filter.push(detok.push(token))
+                text.append(delta)
+                yield Delta(token, delta)
+                if stop_filter.stopped:
+                    finish = "stop"
+                    break
+                if len(out_ids) >= max_new or len(dec.tokens) >= self.context:
+                    break
+                logits = dec.feed([token])
+            if finish != "stop":
+                tail = stop_filter.push(detok.flush()) + stop_filter.flush()
+                if tail:
+                    text.append(tail)
+                    yield Delta(-1, tail)
+            return GenerationResult(
+                token_ids=out_ids, text="".join(text), finish_reason=finish, prompt_tokens=len(prompt),
+                cached_tokens=cached, ttft_s=ttft or (time.perf_counter() - start), prefill_s=prefill_s,
+                decode_s=time.perf_counter() - decode_start,
+            )

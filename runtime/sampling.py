@@ -1,0 +1,63 @@
+"""Next-token sampling: a pure function of logits, parameters, history and an RNG."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 means greedy
+    top_k: int = 0  # 0: no limit
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0  # >1 discourages tokens already in the prompt or answer
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def apply_repetition_penalty(logits: np.ndarray, history: Sequence[int], penalty: float) -> np.ndarray:
+    """CTRL-style: divide positive, multiply negative logits of seen tokens by the penalty."""
+    if penalty == 1.0 or not len(history):
+        return logits
+    out = logits.copy()
+    seen = np.unique(np.asarray(history, dtype=np.int64))
+    vals = out[seen]
+    out[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
+    return out
+
+
+def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
+                history: Sequence[int] = ()) -> int:
+    x = apply_repetition_penalty(np.asarray(logits, dtype=np.float64), history, params.repetition_penalty)
+    if params.greedy:
+        return int(np.argmax(x))
+    x = x / params.temperature
+    if 0 < params.top_k < x.size:
+        kth = np.partition(x, -params.top_k)[-params.top_k]
+        x = np.where(x >= kth, x, -np.inf)
+    probs = np.exp(x - x.max())
+    probs /= probs.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probs)
+        cumulative = np.cumsum(probs[order])
+        keep = order[: int(np.searchsorted(cumulative, params.top_p)) + 1]  # smallest set reaching top_p
+        kept = np.zeros_like(probs)
+        kept[keep] = probs[keep]
+        probs = kept / kept.sum()
+    return int(rng.choice(probs.size, p=probs))

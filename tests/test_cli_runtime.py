@@ -1,0 +1,57 @@
+"""`hexrag generate` / `hexrag embed` as scripts see them: JSON on stdout, clean errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from runtime.embedder import Embedder
+from runtime.llm import LLM
+
+
+def hexrag(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_generate_json_matches_the_library(tiny_builds):
+    model = tiny_builds["qwen2"]
+    proc = hexrag("generate", "--model", str(model), "--prompt", "the car", "--max-tokens", "7", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) >= {"token_ids", "text", "finish_reason", "prompt_tokens", "completion_tokens", "timings"}
+    assert set(out["timings"]) == {"ttft_s", "prefill_tok_s", "decode_tok_s"}
+    llm = LLM(model)
+    expected = llm.generate(llm.encode("the car"), max_new_tokens=7).run()
+    assert out["token_ids"] == expected.token_ids and out["text"] == expected.text
+    assert out["finish_reason"] == expected.finish_reason and out["prompt_tokens"] == len(llm.encode("the car"))
+
+
+def test_generate_chat_uses_the_template(tiny_builds):
+    proc = hexrag("generate", "--model", str(tiny_builds["llama"]), "--prompt", "hi", "--chat",
+                  "--max-tokens", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    llm = LLM(tiny_builds["llama"])
+    assert json.loads(proc.stdout)["prompt_tokens"] == len(llm.encode_chat([{"role": "user", "content": "hi"}]))
+
+
+def test_embed_json(tiny_builds):
+    proc = hexrag("embed", "--model", str(tiny_builds["bert"]), "hello world", "the car", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    vectors = np.array(out["embeddings"])
+    assert vectors.shape == (2, out["dim"]) and out["truncated"] == [False, False]
+    np.testing.assert_allclose(vectors, Embedder(tiny_builds["bert"]).embed(["hello world", "the car"]).vectors,
+                               atol=1e-5)
+
+
+def test_runtime_errors_are_one_line(tiny_builds, tmp_path):
+    proc = hexrag("generate", "--model", str(tmp_path), "--prompt", "x")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "no manifest.json" in proc.stderr
+    proc = hexrag("generate", "--model", str(tiny_builds["llama"]), "--prompt", "x " * 200)
+    assert proc.returncode == 1 and "exceed the context of 64 tokens" in proc.stderr
+    proc = hexrag("embed", "--model", str(tiny_builds["llama"]), "x")
+    assert proc.returncode == 1 and "not an embedder" in proc.stderr
+    assert "Traceback" not in proc.stderr

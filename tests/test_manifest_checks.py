@@ -1,0 +1,44 @@
+"""The runtime trusts only a manifest that matches the files on disk."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from models.manifest import ManifestError, load_manifest
+from runtime.decoder import Decoder
+
+
+@pytest.fixture
+def model_copy(tiny_builds, tmp_path):
+    dst = tmp_path / "model"
+    shutil.copytree(tiny_builds["llama"], dst)
+    return dst
+
+
+def test_altered_file_is_refused(model_copy):
+    with open(model_copy / "decode.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ManifestError, match="decode.onnx was altered"):
+        Decoder(model_copy)
+
+
+def test_missing_file_is_refused(model_copy):
+    (model_copy / "weights.data").unlink()
+    with pytest.raises(ManifestError, match="weights.data listed in the manifest is missing"):
+        Decoder(model_copy)
+
+
+def test_other_schema_version_is_refused(model_copy):
+    data = json.loads((model_copy / "manifest.json").read_text())
+    (model_copy / "manifest.json").write_text(json.dumps({**data, "schema_version": 99}))
+    with pytest.raises(ManifestError, match="rebuild it"):
+        load_manifest(model_copy)
+
+
+def test_garbage_manifest_is_refused(model_copy):
+    (model_copy / "manifest.json").write_text("{not json")
+    with pytest.raises(ManifestError, match="not a valid manifest"):
+        load_manifest(model_copy)

@@ -1,0 +1,61 @@
+"""Pure pieces of generation: sampling rules and the stop-string filter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime.sampling import SamplingParams, apply_repetition_penalty, sample_next
+from runtime.textstream import StopStringFilter
+
+LOGITS = np.array([1.0, 3.0, 2.5, -1.0, 0.5])
+
+
+def draws(params, n=400):
+    rng = np.random.default_rng(params.seed)
+    return [sample_next(LOGITS, params, rng) for _ in range(n)]
+
+
+def test_greedy_and_degenerate_limits_pick_the_argmax():
+    assert set(draws(SamplingParams())) == {1}
+    assert set(draws(SamplingParams(temperature=1.0, top_k=1, seed=0))) == {1}
+    assert set(draws(SamplingParams(temperature=1.0, top_p=0.01, seed=0))) == {1}
+
+
+def test_top_k_and_top_p_restrict_the_support():
+    assert set(draws(SamplingParams(temperature=1.0, top_k=2, seed=0))) == {1, 2}
+    # probabilities at T=1: ~[.07, .54, .33, .01, .04]: top_p 0.85 keeps exactly {1, 2}
+    assert set(draws(SamplingParams(temperature=1.0, top_p=0.85, seed=0))) == {1, 2}
+    assert len(set(draws(SamplingParams(temperature=1.0, seed=0)))) == 5
+
+
+def test_sampling_frequencies_follow_the_softmax():
+    p = np.exp(LOGITS) / np.exp(LOGITS).sum()
+    counts = np.bincount(draws(SamplingParams(temperature=1.0, seed=5), n=4000), minlength=5) / 4000
+    assert np.abs(counts - p).max() < 0.03
+
+
+def test_repetition_penalty():
+    out = apply_repetition_penalty(LOGITS, [1, 3], 2.0)
+    assert out[1] == 1.5 and out[3] == -2.0 and out[2] == 2.5
+    assert sample_next(LOGITS, SamplingParams(repetition_penalty=2.0), np.random.default_rng(), [1]) == 2
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=-2),
+                                 dict(repetition_penalty=0)])
+def test_invalid_params_are_rejected(bad):
+    with pytest.raises(ValueError):
+        SamplingParams(**bad)
+
+
+def test_stop_filter_holds_back_partial_matches_and_never_emits_the_stop():
+    f = StopStringFilter(["</answer>", "STOP"])
+    out = [f.push(p) for p in ["Hello </an", "swer> tail"]]
+    assert out == ["Hello ", ""] and f.stopped
+    g = StopStringFilter(["STOP"])
+    assert g.push("ST") == "" and g.push("ART ") == "START " and g.push("S") == "" and g.flush() == "S"
+
+
+def test_stop_filter_earliest_match_wins():
+    f = StopStringFilter(["b", "abc"])
+    assert f.push("xxabc") == "xx"  # "abc" starts before "b"
