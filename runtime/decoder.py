@@ -1,9 +1,9 @@
 """Run a model directory's prefill/decode graphs over a static KV cache.
 
 `Decoder.feed(ids)` appends tokens to the cache through the graphs and returns the logits of
-the last one. Prompts go through the largest prefill bucket that fits, in chunks; a final
-partial chunk is left-padded (so the graph's last-position logits belong to the last real
-token) and its padding is masked out.
+the last one. Prompts go through the largest prefill bucket in chunks; the rest goes through
+the smallest bucket that holds it (the decode graph for a single token), left-padded so the
+graph's last-position logits belong to the last real token, its padding masked out.
 """
 
 from __future__ import annotations
@@ -63,9 +63,14 @@ class Decoder:
         return logits
 
     def _bucket(self, remaining: int) -> int:
-        """Largest bucket that the remaining tokens fill; else the smallest one that holds them."""
-        fitting = [b for b in self.buckets if b <= remaining]
-        return fitting[0] if fitting else min(b for b in self.buckets if b >= remaining)
+        """Full chunks of the largest bucket, then one run of the smallest bucket holding the rest.
+
+        One padded run beats several smaller ones: a graph's cost is mostly reading its weights,
+        so 20 tokens go through the 32-bucket once, never through the decode graph 20 times.
+        """
+        if remaining >= self.buckets[0]:
+            return self.buckets[0]
+        return min(b for b in self.buckets if b >= remaining)
 
     def _run(self, chunk: list[int], seq: int) -> np.ndarray:
         n, pos, c = len(chunk), self.cache.length, self.context

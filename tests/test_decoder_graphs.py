@@ -44,7 +44,7 @@ def assert_matches_reference(ref: RefDecoder, tokens: list[int], logits: list[np
 @pytest.mark.parametrize("key,source_kind", [
     ("llama", "gguf"), ("llama_q8", "gguf"), ("qwen2", "hf"), ("llama_hf", "hf")])
 def test_tiny_decoder_matches_reference(tiny_sources, tiny_builds, key, source_kind):
-    # 21 prompt tokens: a full 16-bucket, then a left-padded 4-bucket (5 -> 4 + decode graph)
+    # 21 prompt tokens: a full 16-bucket, then the last 5 left-padded into the 16-bucket
     prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
     tokens, logits = run_greedy(tiny_builds[key], prompt, DECODE_STEPS)
     src = tiny_sources[key]

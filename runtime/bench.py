@@ -1,0 +1,103 @@
+"""Runtime benchmark (not a test): TTFT, prefill and decode speed, peak RSS, and prefix reuse.
+
+    python -m runtime.bench --model models/smollm2-135m-instruct [--lengths 32,128,512] [--gen 128]
+
+Each configuration runs --runs times; medians are printed. Prompts are real text cut to N tokens,
+generation is greedy with end-of-turn tokens ignored so every run produces exactly --gen tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+
+from runtime.llm import LLM
+
+_TEXT = (
+    "The tyre pressure monitoring system warns you when one or more tyres are significantly under-inflated. "
+    "Check the pressures when the tyres are cold, using the values on the label in the driver's door frame. "
+    "Charging at a DC fast charger takes the battery from ten to eighty percent in about thirty minutes. "
+    "Adaptive cruise control keeps a set distance to the vehicle ahead and can bring the car to a stop. "
+)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def prompt_of(llm: LLM, n: int) -> list[int]:
+    ids = llm.encode(_TEXT)
+    return (ids * (n // len(ids) + 1))[:n]
+
+
+def run_lengths(llm: LLM, lengths: list[int], gen: int, runs: int) -> list[dict]:
+    rows = []
+    for n in lengths:
+        samples = []
+        for _ in range(runs):
+            llm.decoder.reset()  # cold cache: measure the full prefill
+            samples.append(llm.generate(prompt_of(llm, n), max_new_tokens=gen).run())
+        rows.append({
+            "prompt": n,
+            "ttft_ms": statistics.median(r.ttft_s for r in samples) * 1000,
+            "prefill_tok_s": statistics.median(r.prefill_tok_s for r in samples),
+            "decode_tok_s": statistics.median(r.decode_tok_s for r in samples),
+            "generated": samples[0].completion_tokens,
+        })
+    return rows
+
+
+def run_prefix_reuse(llm: LLM, runs: int) -> dict:
+    """Second chat turn: same system prompt + history, cold cache vs the cache left by turn one."""
+    system = {"role": "system", "content": _TEXT * 2}
+    turn1 = [system, {"role": "user", "content": "How do I check my tyre pressure?"}]
+    cold, warm = [], []
+    for _ in range(runs):
+        llm.decoder.reset()
+        first = llm.generate(llm.encode_chat(turn1), max_new_tokens=24).run()
+        turn2 = llm.encode_chat(turn1 + [{"role": "assistant", "content": first.text},
+                                         {"role": "user", "content": "And how long does fast charging take?"}])
+        warm.append(llm.generate(turn2, max_new_tokens=1).run())
+        llm.decoder.reset()
+        cold.append(llm.generate(turn2, max_new_tokens=1).run())
+    cold_ms = statistics.median(r.ttft_s for r in cold) * 1000
+    warm_ms = statistics.median(r.ttft_s for r in warm) * 1000
+    return {"prompt": cold[0].prompt_tokens, "reused": warm[0].cached_tokens, "cold_ms": cold_ms,
+            "warm_ms": warm_ms, "speedup": cold_ms / warm_ms}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--lengths", default="32,128,512")
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    llm = LLM(args.model, backend=args.backend, threads=args.threads)
+    load_s = time.perf_counter() - t0
+    llm.stop_ids = set()  # exactly --gen tokens per run
+    lengths = [int(x) for x in args.lengths.split(",")]
+    if max(lengths) + args.gen > llm.context:
+        raise SystemExit(f"error: prompt {max(lengths)} + {args.gen} tokens exceed the model's context {llm.context}")
+    rows = run_lengths(llm, lengths, args.gen, args.runs)
+    reuse = run_prefix_reuse(llm, args.runs)
+
+    print(f"model {llm.name}  backend {args.backend}  threads {args.threads or 'all'}  load {load_s:.2f} s  "
+          f"runs {args.runs} (medians)")
+    print(f"{'prompt':>7} {'TTFT ms':>9} {'prefill tok/s':>14} {'decode tok/s':>13} {'generated':>10}")
+    for r in rows:
+        print(f"{r['prompt']:>7} {r['ttft_ms']:>9.0f} {r['prefill_tok_s']:>14.1f} {r['decode_tok_s']:>13.1f} "
+              f"{r['generated']:>10}")
+    print(f"peak RSS {peak_rss_mb():.0f} MB")
+    print(f"prefix reuse, 2nd chat turn of {reuse['prompt']} tokens ({reuse['reused']} cached): "
+          f"TTFT cold {reuse['cold_ms']:.0f} ms vs warm {reuse['warm_ms']:.0f} ms = {reuse['speedup']:.1f}x faster")
+
+
+if __name__ == "__main__":
+    main()
