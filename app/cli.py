@@ -5,9 +5,11 @@ Each command calls one library function; typed errors become a one-line message 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +37,20 @@ def _friendly(fn):
             sys.exit(130)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def _native_stdout_to_stderr():
+    """QNN's native libraries print banners to fd 1; keep stdout clean for --json consumers."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -90,19 +106,57 @@ def build() -> None:
     """Turn weights into a model directory (static ONNX graphs + tokenizer + manifest)."""
 
 
+_VARIANTS = {"sim": [False], "shared": [True], "both": [False, True]}
+
+
+def _compile(model_dir: Path, targets: tuple[str, ...], variant: str) -> None:
+    """Compile a built model for HTP targets and record the builds in its manifest."""
+    from build_scripts.compile import compile_model_dir, record_target
+
+    names = [t.strip() for spec in targets for t in spec.split(",") if t.strip()]
+    if not names or names == ["cpu"]:
+        return  # --target cpu: the ONNX graphs are the CPU build
+    for shared in _VARIANTS[variant]:
+        record_target(model_dir, compile_model_dir(model_dir, names, shared=shared))
+        click.echo(f"compiled {model_dir.name} for {', '.join(names)} ({'shared' if shared else 'sim'})", err=True)
+
+
+_target_option = click.option(
+    "--target", "targets", multiple=True,
+    help="HTP target(s) to compile for: sm8650, 8gen3, 57, ... (repeatable or comma-separated); cpu = none.")
+_variant_option = click.option(
+    "--variant", type=click.Choice(list(_VARIANTS)), default="both", show_default=True,
+    help="sim: unshared binaries (x86 simulator and devices); shared: prefill+decode share weights (devices).")
+
+
+@main.command("compile")
+@click.argument("model_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@_target_option
+@_variant_option
+@_friendly
+def compile_cmd(model_dir: Path, targets: tuple[str, ...], variant: str) -> None:
+    """Compile a model directory's graphs into QNN HTP context binaries (no op left on the CPU)."""
+    if not targets:
+        raise click.UsageError("give at least one --target")
+    _compile(model_dir, targets, variant)
+
+
 @build.command("llm")
 @click.option("--weights", required=True, help="GGUF file, Hugging Face directory, or a packaged model key.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Model directory to write.")
 @click.option("--context", default=1024, show_default=True, help="KV cache slots (max prompt + answer tokens).")
 @click.option("--prefill", default="128", show_default=True, help="Prefill bucket sizes, e.g. 128,32.")
 @click.option("--name", help="Model name recorded in the manifest (default: the directory name).")
+@_target_option
+@_variant_option
 @_friendly
-def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str | None) -> None:
+def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str | None, targets, variant) -> None:
     """Build a decoder LLM (llama / qwen2) into prefill + decode graphs."""
     from build_scripts.build import build_llm
 
     m = build_llm(weights, out, context=context, prefill=_sizes(prefill), name=name)
     click.echo(f"built {m.name}: {', '.join(g.file for g in m.graphs)} in {out}")
+    _compile(out, targets, variant)
 
 
 @build.command("embedder")
@@ -111,13 +165,16 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
 @click.option("--batch", default=8, show_default=True, help="Static batch size B.")
 @click.option("--seq", default=128, show_default=True, help="Static sequence length L (tokens per text).")
 @click.option("--name", help="Model name recorded in the manifest (default: the directory name).")
+@_target_option
+@_variant_option
 @_friendly
-def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str | None) -> None:
+def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str | None, targets, variant) -> None:
     """Build a BERT sentence embedder into one [B, L] graph with pooling."""
     from build_scripts.build import build_embedder
 
     m = build_embedder(weights, out, batch=batch, seq=seq, name=name)
     click.echo(f"built {m.name}: {m.graphs[0].file} in {out}")
+    _compile(out, targets, variant)
 
 
 # ---- runtime ----------------------------------------------------------------------------
@@ -153,13 +210,14 @@ def generate(model_dir, prompt, chat, system, max_tokens, temperature, top_p, to
                                   repetition_penalty=repetition_penalty, seed=seed)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
-    llm = LLM(model_dir, backend=backend, threads=threads)
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    ids = llm.encode_chat(messages) if chat else llm.encode(prompt)
-    gen = llm.generate(ids, max_new_tokens=max_tokens, sampling=sampling, stop=list(stop))
-    for delta in gen:
-        if not as_json:
-            click.echo(delta.text, nl=False)
+    with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
+        llm = LLM(model_dir, backend=backend, threads=threads)
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        ids = llm.encode_chat(messages) if chat else llm.encode(prompt)
+        gen = llm.generate(ids, max_new_tokens=max_tokens, sampling=sampling, stop=list(stop))
+        for delta in gen:
+            if not as_json:
+                click.echo(delta.text, nl=False)
     r = gen.result
     if as_json:
         click.echo(json.dumps({
@@ -187,13 +245,43 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
     """Embed texts into L2-normalised vectors."""
     from runtime.embedder import Embedder
 
-    out = Embedder(model_dir, backend=backend, threads=threads).embed(list(texts))
+    with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
+        out = Embedder(model_dir, backend=backend, threads=threads).embed(list(texts))
     if as_json:
         click.echo(json.dumps({"dim": out.vectors.shape[1], "truncated": out.truncated,
                                "embeddings": [[round(float(x), 6) for x in v] for v in out.vectors]}))
     else:
         for text, v, cut in zip(texts, out.vectors, out.truncated):
             click.echo(f"{text[:40]!r}{' (truncated)' if cut else ''}: [{', '.join(f'{x:.4f}' for x in v[:6])}, ...]")
+
+
+# ---- server -----------------------------------------------------------------------------
+@main.command()
+@click.option("--host", help="Address to bind (default 127.0.0.1; others need --api-key).  [env HEXRAG_HOST]")
+@click.option("--port", type=int, help="Port (default 8000).  [env HEXRAG_PORT]")
+@click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
+@click.option("--embedder", type=click.Path(path_type=Path), help="Embedder model directory.  [env HEXRAG_EMBEDDER]")
+@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]")
+@click.option("--api-key", help="Require this bearer key on /v1.  [env HEXRAG_API_KEY]")
+@click.option("--threads", type=int, help="CPU threads.  [env HEXRAG_THREADS]")
+@click.option("--max-queue", type=int, help="Requests allowed to wait for the accelerator.  [env HEXRAG_MAX_QUEUE]")
+@_friendly
+def serve(**options) -> None:
+    """Start the OpenAI-compatible chat server (models load in the background; /health says when ready)."""
+    import uvicorn
+    from pydantic import ValidationError
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    try:
+        settings = Settings(**{k: v for k, v in options.items() if v is not None})
+        settings.check()
+    except (ValueError, ValidationError) as e:
+        raise click.UsageError(str(e).splitlines()[0]) from None
+    click.echo(f"hexrag: serving on http://{settings.host}:{settings.port}/ (OpenAI API under /v1)", err=True)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
 
 # ---- quick start ------------------------------------------------------------------------

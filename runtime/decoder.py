@@ -15,6 +15,7 @@ import numpy as np
 from models.contract import rotary_tables
 from models.manifest import load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
+from runtime.graphs import graph_paths
 from runtime.kv_cache import StaticKVCache
 from runtime.session import GraphSession
 
@@ -29,7 +30,11 @@ class Decoder:
         arch = m.architecture
         self.context: int = m.context
         self.mask_value = np.float32(m.mask_value)
-        self.sessions = {g.seq: GraphSession(self.dir / g.file, backend, threads) for g in m.graphs}
+        paths = graph_paths(self.dir, m, backend)
+        # on the CPU only the decode graph gets packed weights: it runs every token (packing bought
+        # 25% there), while prefill barely gains from it and each packed copy costs a full set of weights
+        self.sessions = {g.seq: GraphSession(paths[g.name], backend, threads, prepack=g.kind == "decode")
+                         for g in m.graphs}
         self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
         self.n_layers = arch["n_layers"]
         self.cache = StaticKVCache(self.n_layers, arch["n_kv_heads"], arch["head_dim"], self.context)

@@ -3,8 +3,8 @@
 Everything QNN-specific the runtime needs lives here: registering the plugin EP library (once per
 process), picking the QNN device, turning keyword arguments into provider options, reading the
 versions the installed wheel ships, and inspecting EPContext models (`*_ctx.onnx` + `*.bin`)
-before handing them to ONNX Runtime. The build side (`build_scripts/compile.py`) uses the same
-helpers, so a compile session and a runtime session are configured identically.
+before handing them to ONNX Runtime. `build_scripts/compile.py` configures its compile sessions
+the same way (without importing the runtime).
 
 On x86_64 the HTP backend of the wheel is the HTP *simulator*: functionally real, very slow,
 and unable to load context binaries built with shared weights (it crashes the process; we
@@ -218,3 +218,40 @@ def binary_graph_count(path: Path, head: int = 1 << 16) -> int:
     with open(path, "rb") as f:
         data = f.read(head)
     return len(set(_GRAPH_NAME.findall(data)))
+
+
+# ------------------------------------------------------------------------------------------------
+# Manifest `target` entries written by build_scripts/compile.py
+# ------------------------------------------------------------------------------------------------
+
+TARGET_ENV = "HEXRAG_QNN_TARGET"
+
+
+def select_build(target_entry: dict, target: str | None = None, variant: str | None = None) -> dict:
+    """Pick the HTP build to load from a manifest `target` entry.
+
+    target: a build's target name (sm8650 …); default $HEXRAG_QNN_TARGET, else the only one built.
+    variant: "sim" (unshared binaries) on the x86 simulator, "shared" on a device; falls back
+    to "sim" on a device when no shared build exists (unshared binaries load everywhere).
+    """
+    builds = target_entry.get("builds") or []
+    if target_entry.get("backend") != "htp" or not builds:
+        raise RuntimeModelError("this model has no HTP build; compile it for a target first, or use --backend cpu")
+    target = target or os.environ.get(TARGET_ENV)
+    names = sorted({b["target"] for b in builds})
+    if target is None:
+        if len(names) > 1:
+            raise RuntimeModelError(f"this model has HTP builds for {', '.join(names)}: choose one with "
+                                    f"{TARGET_ENV}")
+        target = names[0]
+    candidates = [b for b in builds if b["target"] == target]
+    if not candidates:
+        raise RuntimeModelError(f"this model has no HTP build for {target} (built: {', '.join(names)})")
+    order = [variant] if variant else (["sim"] if is_simulator() else ["shared", "sim"])
+    for v in order:
+        for b in candidates:
+            if b["variant"] == v:
+                return b
+    have = ", ".join(b["variant"] for b in candidates)
+    raise RuntimeModelError(f"this model's {target} HTP build has no {'/'.join(order)} variant (built: {have})"
+                            + ("; the x86 simulator needs the unshared 'sim' build" if is_simulator() else ""))

@@ -36,13 +36,14 @@ class GraphSession:
                         more than one graph (devices only: the x86 simulator cannot load them).
       provider_options  extra QNN provider options, passed through.
       session_config    extra session config entries, passed through.
+    CPU-only: prepack=False keeps weights memory-mapped instead of packing a copy per session.
     """
 
     def __init__(self, path: Path, backend: str = "cpu", threads: int | None = None, *,
                  soc_model: int | None = None, htp_arch: int | None = None, performance_mode: str = "burst",
                  fp16: bool | None = None, log_level: str | int | None = None,
                  share_ep_contexts: bool | None = None, provider_options: dict[str, str] | None = None,
-                 session_config: dict[str, str] | None = None):
+                 session_config: dict[str, str] | None = None, prepack: bool = True):
         if backend not in BACKENDS:
             raise RuntimeModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
         self.path = Path(path)
@@ -57,6 +58,10 @@ class GraphSession:
             options.intra_op_num_threads = threads or int(os.environ.get("HEXRAG_THREADS", "0"))
             options.inter_op_num_threads = 1
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if not prepack:
+                # weights stay memory-mapped from the shared weights file instead of being copied into
+                # a packed layout per session (SmolLM2, 3 graphs: 1.95 GB -> 0.6 GB peak RSS)
+                options.add_session_config_entry("session.disable_prepacking", "1")
             self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         self.output_names = [o.name for o in self._session.get_outputs()]
         self.input_names = [i.name for i in self._session.get_inputs()]

@@ -10,6 +10,9 @@ import pytest
 from build_scripts.build import build_embedder, build_llm
 from build_scripts.fetch import fetch
 from tests import tiny_models as tm
+from tests.api_server import Server
+
+SAMPLES = Path(__file__).resolve().parents[1] / "knowledge" / "samples"
 
 # small static shapes keep CPU and simulator runs quick; the tiny models have 128 positions
 TINY_CONTEXT = 64
@@ -60,5 +63,42 @@ def smollm_build(smollm_gguf, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def minilm_build(minilm_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("minilm") / "minilm"
-    build_embedder(minilm_dir, out, batch=4, seq=64)
+    build_embedder(minilm_dir, out, batch=4, seq=128)
     return out
+
+
+@pytest.fixture(scope="session")
+def sample_kb(minilm_build, tmp_path_factory):
+    """The sample in-car FAQ and manual ingested with the real MiniLM embedder."""
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+
+    kb_dir = tmp_path_factory.mktemp("kb")
+    kb = KnowledgeBase.open(kb_dir, Embedder(minilm_build))
+    kb.ingest([SAMPLES / "aurora_faq.jsonl", SAMPLES / "aurora_faq_zh.jsonl", SAMPLES / "aurora_manual.md"],
+              progress=False)
+    kb.close()
+    return kb_dir
+
+
+@pytest.fixture(scope="session")
+def server(tiny_builds, minilm_build, sample_kb, tmp_path_factory):
+    srv = Server(tiny_builds["llama"], minilm_build, sample_kb, tmp_path_factory.mktemp("log") / "server.log",
+                 max_queue=2, queue_timeout_s=20)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def smollm_server(smollm_build, minilm_build, sample_kb, tmp_path_factory):
+    """The real SmolLM2 (decode steps of tens of ms): long enough generations to disconnect from."""
+    srv = Server(smollm_build, minilm_build, sample_kb, tmp_path_factory.mktemp("log") / "smollm.log",
+                 max_queue=2, queue_timeout_s=30)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()

@@ -28,8 +28,11 @@ def build_bert_graph(name: str, store: WeightStore, w: Weights, cfg: BertConfig,
     mask_in = b.input("attention_mask", TensorProto.INT32, io.input("attention_mask").shape)
 
     with b.scope("embed"):
-        # single-segment input: position and token-type-0 embeddings fold into one [L,H] constant
-        pos_type = b.weight(f"pos_type_{seq}", lambda: w["pos_embed"][:seq] + w["type_embed"][0])
+        # single-segment input: position and token-type-0 embeddings fold into one constant, stored
+        # at the full [B,L,H]: QNN HTP (2.51) computes Add(x[B,L,H], c[L,H]) followed by LayerNorm
+        # wrongly for batch rows > 0 (measured on the simulator, every target)
+        pos_type = b.weight(f"pos_type_{batch}x{seq}", lambda: np.ascontiguousarray(np.broadcast_to(
+            w["pos_embed"][:seq] + w["type_embed"][0], (batch, seq, cfg.hidden))))
         h = b.node("Add", [b.node("Gather", [b.weight("word_embed", lambda: w["word_embed"]), ids], axis=0), pos_type])
         h = layer_norm(b, h, w, "embed_norm", cfg.ln_eps)
         valid = b.node("Cast", [mask_in], to=TensorProto.FLOAT)  # [B,L], 1 for real tokens

@@ -1,0 +1,21 @@
+"""Which file to load for each graph of a model directory, per backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.manifest import Manifest
+
+
+def graph_paths(model_dir: Path, manifest: Manifest, backend: str) -> dict[str, Path]:
+    """Graph name -> file: the ONNX graph on the CPU, the compiled context model on HTP.
+
+    A model without an HTP build still opens on `htp` from its ONNX graphs, compiled when the
+    session is created (slow; `hexrag compile` makes context binaries that load in milliseconds).
+    """
+    if backend == "htp" and manifest.target.get("backend") == "htp":
+        from runtime import qnn  # imports onnxruntime-qnn only when HTP is asked for
+
+        build = qnn.select_build(manifest.target)
+        return {g.name: model_dir / build["graphs"][g.name] for g in manifest.graphs}
+    return {g.name: model_dir / g.file for g in manifest.graphs}

@@ -1,0 +1,55 @@
+"""A real `hexrag serve` process on a free loopback port, for API and browser tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, llm: Path, embedder: Path, kb: Path, log: Path, **settings):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "HEXRAG_THREADS": "1"}
+        env.update({f"HEXRAG_{k.upper()}": str(v) for k, v in settings.items()})
+        args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--llm", str(llm),
+                "--embedder", str(embedder), "--kb", str(kb)]
+        self._log = open(log, "wb")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.log_path = log
+
+    def wait_ready(self, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                r = httpx.get(self.url + "/health", timeout=2)
+                if r.status_code == 200:
+                    return r.json()
+                if r.json().get("status") == "error":
+                    raise RuntimeError(f"server failed to load: {r.json()}")
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"server not ready: {self.log_path.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.close()
