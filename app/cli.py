@@ -6,7 +6,6 @@ Each command calls one library function; typed errors become a one-line message 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -15,29 +14,9 @@ from pathlib import Path
 
 import click
 
-from build_scripts.errors import BuildError
-from models.manifest import ManifestError
-from runtime.errors import ContextOverflowError, RuntimeModelError
-
-_USER_ERRORS = (BuildError, ManifestError, RuntimeModelError, ContextOverflowError, OSError)
-
-
-def _friendly(fn):
-    """Turn typed errors into `error: ...` on stderr and exit code 1, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except _USER_ERRORS as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper
-
+from app.cli_chat import CHAT_COMMANDS
+from app.cli_common import friendly as _friendly
+from app.cli_knowledge import KNOWLEDGE_COMMANDS
 
 @contextlib.contextmanager
 def _native_stdout_to_stderr():
@@ -288,26 +267,48 @@ def serve(**options) -> None:
 @main.command()
 @click.option("--models-dir", default="models", show_default=True, type=click.Path(path_type=Path),
               help="Where built model directories live.")
-@click.option("--question", default="What should I do when the tyre pressure warning light comes on?",
-              show_default=True)
+@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@click.option("--question", default="The tyre pressure warning light is on. What should I do?", show_default=True)
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--no-serve", is_flag=True, help="Answer the sample question and exit instead of serving.")
 @_backend
 @_friendly
-def quickstart(models_dir: Path, question: str, backend: str) -> None:
-    """Fetch and build the embedded default models (once), then answer a question."""
-    from app.quickstart import ensure_default_models
-    from runtime.llm import LLM
+def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_serve: bool, backend: str) -> None:
+    """Fetch + build the default models, ingest the sample KB (each once), answer, then serve."""
+    from app.assistant import Assistant, citation_lines
+    from app.quickstart import ensure_default_models, ensure_sample_kb
+    from app.settings import Settings
 
     llm_dir, embedder_dir = ensure_default_models(models_dir)
-    click.echo(f"models ready: {llm_dir}, {embedder_dir}", err=True)
-    llm = LLM(llm_dir, backend=backend)
+    settings = Settings(llm=llm_dir, embedder=embedder_dir, kb=kb, backend=backend, port=port)
+    assistant = Assistant(settings)
+    ensure_sample_kb(assistant.kb)
     click.echo(f"> {question}")
-    gen = llm.generate(llm.encode_chat([{"role": "user", "content": question}]), max_new_tokens=200)
-    for delta in gen:
-        click.echo(delta.text, nl=False)
+    gen = assistant.ask(question)
+    while True:
+        try:
+            click.echo(next(gen), nl=False)
+        except StopIteration as done:
+            answer = done.value
+            break
     click.echo()
-    r = gen.result
-    click.echo(f"[TTFT {r.ttft_s * 1000:.0f} ms, decode {r.decode_tok_s:.1f} tok/s on {backend}]", err=True)
+    for line in citation_lines(answer.citations):
+        click.echo(f"  {line}")
+    click.echo(f"[TTFT {answer.ttft_s * 1000:.0f} ms on {backend}]", err=True)
+    if no_serve:
+        return
+    import uvicorn
 
+    from app.main import create_app
+
+    del assistant  # the server loads its own copies
+    click.echo(f"\nhexrag is serving: open http://127.0.0.1:{port}/ in a browser, or point an OpenAI client at "
+               f"http://127.0.0.1:{port}/v1 (Ctrl-C stops)", err=True)
+    uvicorn.run(create_app(settings), host=settings.host, port=port, log_level="warning")
+
+
+for _command in [*KNOWLEDGE_COMMANDS, *CHAT_COMMANDS]:
+    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

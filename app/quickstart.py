@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from importlib import resources
 from pathlib import Path
 
 from build_scripts.build import build_embedder, build_llm
+from knowledge import KnowledgeBase
 from models.manifest import ManifestError, load_manifest
 
 log = logging.getLogger(__name__)
@@ -33,3 +35,14 @@ def ensure_default_models(models_dir: Path) -> tuple[Path, Path]:
         log.info("building %s (batch 8, 128 tokens) ...", DEFAULT_EMBEDDER)
         build_embedder(DEFAULT_EMBEDDER, embedder_dir, batch=8, seq=128)
     return llm_dir, embedder_dir
+
+
+SAMPLES = Path(str(resources.files("knowledge") / "samples"))
+
+
+def ensure_sample_kb(kb: KnowledgeBase) -> None:
+    """Ingest the sample in-car FAQ and manual; unchanged files are skipped on later starts."""
+    files = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".jsonl", ".md") and p.name != "README.md"
+                   and p.name != "eval_questions.jsonl")
+    report = kb.ingest(files, progress=True, prune=False)
+    log.info("knowledge base %s: %d added, %d unchanged", kb.dir, len(report.added), len(report.unchanged))

@@ -13,8 +13,9 @@ class SamplingParams:
     temperature: float = 0.0  # 0 means greedy
     top_k: int = 0  # 0: no limit
     top_p: float = 1.0
-    repetition_penalty: float = 1.0  # >1 discourages tokens already in the prompt or answer
+    repetition_penalty: float = 1.0  # >1 discourages tokens seen in the last `penalty_window` tokens
     seed: int | None = None
+    penalty_window: int = 64  # as llama.cpp: recent tokens only, so a RAG answer may still quote its context
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -44,7 +45,8 @@ def apply_repetition_penalty(logits: np.ndarray, history: Sequence[int], penalty
 
 def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
                 history: Sequence[int] = ()) -> int:
-    x = apply_repetition_penalty(np.asarray(logits, dtype=np.float64), history, params.repetition_penalty)
+    recent = history[-params.penalty_window:] if params.penalty_window else ()
+    x = apply_repetition_penalty(np.asarray(logits, dtype=np.float64), recent, params.repetition_penalty)
     if params.greedy:
         return int(np.argmax(x))
     x = x / params.temperature

@@ -56,7 +56,7 @@ def tiny_builds(tiny_sources, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def smollm_build(smollm_gguf, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smollm") / "smollm2"
-    build_llm(smollm_gguf, out, context=128, prefill=(32,), progress=False)
+    build_llm(smollm_gguf, out, context=512, prefill=(128, 32), progress=False)
     return out
 
 
@@ -82,20 +82,9 @@ def sample_kb(minilm_build, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def server(tiny_builds, minilm_build, sample_kb, tmp_path_factory):
-    srv = Server(tiny_builds["llama"], minilm_build, sample_kb, tmp_path_factory.mktemp("log") / "server.log",
-                 max_queue=2, queue_timeout_s=20)
-    try:
-        srv.wait_ready()
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture(scope="session")
-def smollm_server(smollm_build, minilm_build, sample_kb, tmp_path_factory):
-    """The real SmolLM2 (decode steps of tens of ms): long enough generations to disconnect from."""
-    srv = Server(smollm_build, minilm_build, sample_kb, tmp_path_factory.mktemp("log") / "smollm.log",
+def server(smollm_build, minilm_build, sample_kb, tmp_path_factory):
+    """`hexrag serve` with the default models (SmolLM2 + MiniLM) over the sample knowledge base."""
+    srv = Server(smollm_build, minilm_build, sample_kb, tmp_path_factory.mktemp("log") / "server.log",
                  max_queue=2, queue_timeout_s=30)
     try:
         srv.wait_ready()

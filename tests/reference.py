@@ -32,9 +32,19 @@ import numpy as np
 # ----------------------------------------------------------------------------------------------
 
 
+_F64: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(W) -> (W, float64 W^T), converted once
+
+
+def _f64_t(w: np.ndarray) -> np.ndarray:
+    hit = _F64.get(id(w))
+    if hit is None or hit[0] is not w:  # the stored W keeps its id from being reused
+        hit = _F64[id(w)] = (w, np.ascontiguousarray(w.T, dtype=np.float64))
+    return hit[1]
+
+
 def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     """y = x @ W^T (+ b), with W stored [out, in] as both PyTorch and GGUF (dims reversed) do."""
-    y = x @ w.T.astype(np.float64)
+    y = x @ _f64_t(w)
     return y if b is None else y + b
 
 

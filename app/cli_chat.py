@@ -1,0 +1,96 @@
+"""`hexrag ask` (one answer) and `hexrag chat` (interactive), with the same RAG pipeline as the server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from app.cli_common import friendly
+
+_options = [
+    click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]"),
+    click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]"),
+    click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]"),
+    click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]"),
+    click.option("--no-rag", is_flag=True, help="Answer without the knowledge base."),
+    click.option("--voice", is_flag=True, help="Short spoken-style answer, sentence by sentence."),
+]
+
+
+def _with_options(fn):
+    for option in reversed(_options):
+        fn = option(fn)
+    return fn
+
+
+def _assistant(llm, embedder, kb, backend, no_rag):
+    from app.assistant import Assistant
+    from app.settings import Settings
+
+    given = {"llm": llm, "embedder": embedder, "kb": kb, "backend": backend}
+    return Assistant(Settings(**{k: v for k, v in given.items() if v is not None}), rag=not no_rag)
+
+
+def _stream(assistant, question, voice, keep_history=False):
+    gen = assistant.ask(question, voice=voice, keep_history=keep_history)
+    while True:
+        try:
+            piece = next(gen)
+        except StopIteration as done:
+            return done.value
+        click.echo(piece + (" " if voice else ""), nl=False)
+
+
+@click.command()
+@click.argument("question")
+@_with_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (answer, citations, usage).")
+@friendly
+def ask(question, llm, embedder, kb, backend, no_rag, voice, as_json) -> None:
+    """Answer one question from the knowledge base (with citations)."""
+    from app.assistant import citation_lines
+
+    assistant = _assistant(llm, embedder, kb, backend, no_rag)
+    if as_json:
+        gen = assistant.ask(question, voice=voice)
+        answer = None
+        while answer is None:
+            try:
+                next(gen)
+            except StopIteration as done:
+                answer = done.value
+        click.echo(json.dumps({"answer": answer.text, "citations": [c.model_dump() for c in answer.citations],
+                               "finish_reason": answer.finish_reason, "prompt_tokens": answer.prompt_tokens,
+                               "completion_tokens": answer.completion_tokens}, ensure_ascii=False))
+        return
+    answer = _stream(assistant, question, voice)
+    click.echo()
+    for line in citation_lines(answer.citations):
+        click.echo(line, err=True)
+
+
+@click.command()
+@_with_options
+@friendly
+def chat(llm, embedder, kb, backend, no_rag, voice) -> None:
+    """Interactive multi-turn chat in the terminal (empty line or Ctrl-D quits)."""
+    from app.assistant import citation_lines
+
+    assistant = _assistant(llm, embedder, kb, backend, no_rag)
+    click.echo("hexrag chat: ask about your car; an empty line quits.", err=True)
+    while True:
+        try:
+            question = input("> ").strip()
+        except EOFError:
+            break
+        if not question:
+            break
+        answer = _stream(assistant, question, voice, keep_history=True)
+        click.echo()
+        for line in citation_lines(answer.citations):
+            click.echo(f"  {line}", err=True)
+
+
+CHAT_COMMANDS = [ask, chat]

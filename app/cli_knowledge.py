@@ -1,0 +1,251 @@
+"""Knowledge-base commands: `hexrag ingest`, `hexrag kb ...`, `hexrag search`, `hexrag eval retrieval`.
+
+Each command opens a knowledge.KnowledgeBase, calls one method and prints the result; typed errors
+become `error: ...` and exit code 1 (app.cli_common). app/cli.py registers them on its `main` group:
+
+    from app.cli_knowledge import KNOWLEDGE_COMMANDS
+    for command in KNOWLEDGE_COMMANDS: main.add_command(command)
+
+The KB location is --kb, else $HEXRAG_KB, else <user data dir>/hexrag/kb; the embedder is
+--embedder, else $HEXRAG_EMBEDDER, else models/all-minilm-l6-v2 (built by `hexrag quickstart`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from app.cli_common import friendly as _friendly
+from knowledge.errors import KnowledgeError
+
+
+_kb = click.option("--kb", "kb_dir", type=click.Path(file_okay=False, path_type=Path), envvar="HEXRAG_KB",
+                   help="Knowledge-base directory [env HEXRAG_KB; default: <user data dir>/hexrag/kb].")
+_embedder = click.option("--embedder", "embedder_dir", type=click.Path(file_okay=False, path_type=Path),
+                         envvar="HEXRAG_EMBEDDER",
+                         help="Embedder model directory [env HEXRAG_EMBEDDER; default: models/all-minilm-l6-v2].")
+_backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
+                        help="Where the embedder runs.")
+_json = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _open(kb_dir: Path | None, embedder_dir: Path | None = None, backend: str = "cpu", embedder: bool = True,
+          **options):
+    from knowledge import KnowledgeBase
+    from knowledge.paths import default_embedder_dir
+
+    model = None
+    if embedder:
+        path = embedder_dir or default_embedder_dir()
+        if not (path / "manifest.json").is_file():
+            raise KnowledgeError(f"no embedder at {path}: run `hexrag quickstart` (or `hexrag build embedder`) "
+                                 "or pass --embedder DIR")
+        from runtime.embedder import Embedder
+
+        model = Embedder(path, backend=backend)
+    return KnowledgeBase.open(kb_dir, model, **options)
+
+
+def _echo_json(value) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+# ---- ingest -----------------------------------------------------------------------------
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_kb
+@_embedder
+@_backend
+@click.option("--index", type=click.Choice(["auto", "flat", "hnsw", "ivf"]), default=None,
+              help="Vector index kind, remembered by the KB (default: auto = flat, HNSW past 100k chunks).")
+@click.option("--max-tokens", type=int, default=None, help="Chunk size in tokens (default: the embedder's length).")
+@click.option("--no-prune", is_flag=True, help="Keep documents whose files disappeared from an ingested folder.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@_json
+@_friendly
+def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, quiet, as_json) -> None:
+    """Add files and folders (Markdown, text, HTML, FAQ JSON/JSONL/CSV, PDF with pypdf) to the KB.
+
+    Unchanged files are skipped, changed ones replaced. Files that cannot be read are reported and
+    skipped; the exit code is then 2 (1 for errors that stop the whole command)."""
+    with _open(kb_dir, embedder_dir, backend, index=index, max_tokens=max_tokens) as kb:
+        report = kb.ingest(list(paths), progress=not quiet and not as_json, prune=not no_prune)
+    if as_json:
+        _echo_json(report.to_dict())
+    else:
+        for path, reason in report.failed:
+            click.echo(f"failed: {path}: {reason}", err=True)
+        click.echo(report.summary())
+    if report.failed:
+        sys.exit(2)
+
+
+# ---- kb ---------------------------------------------------------------------------------
+@click.group()
+def kb() -> None:
+    """Inspect and maintain the knowledge base."""
+
+
+@kb.command("list")
+@_kb
+@_json
+@_friendly
+def kb_list(kb_dir, as_json) -> None:
+    """Documents in the KB."""
+    with _open(kb_dir, embedder=False) as base:
+        docs = base.list_documents()
+    if as_json:
+        _echo_json([{"id": d.id, "source": d.source, "name": d.name, "kind": d.kind, "title": d.title,
+                     "chunks": d.chunk_count, "size": d.size, "ingested_at": d.ingested_at} for d in docs])
+        return
+    for d in docs:
+        click.echo(f"{d.name}\t{d.kind}\t{d.chunk_count} chunks\t{d.ingested_at}\t{d.source}")
+
+
+@kb.command("delete")
+@click.argument("source")
+@_kb
+@_friendly
+def kb_delete(source, kb_dir) -> None:
+    """Remove a document (its path, its name as listed, or a folder of documents)."""
+    with _open(kb_dir, embedder=False) as base:
+        for d in base.delete(source):
+            click.echo(f"deleted {d.name} ({d.chunk_count} chunks)")
+
+
+@kb.command("stats")
+@_kb
+@_json
+@_friendly
+def kb_stats(kb_dir, as_json) -> None:
+    """Counts, sizes, embedding model and index kind."""
+    with _open(kb_dir, embedder=False) as base:
+        stats = base.stats()
+    if as_json:
+        _echo_json(stats)
+    else:
+        for key, value in stats.items():
+            click.echo(f"{key}\t{value}")
+
+
+@kb.command("rebuild")
+@_kb
+@_embedder
+@_backend
+@click.option("--reembed", is_flag=True, help="Recompute every vector with --embedder (after changing models).")
+@click.option("--index", type=click.Choice(["auto", "flat", "hnsw", "ivf"]), default=None,
+              help="Switch the vector index kind.")
+@_friendly
+def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
+    """Rebuild the FTS and vector indexes from SQLite (no re-embedding unless --reembed)."""
+    with _open(kb_dir, embedder_dir, backend, embedder=reembed, index=index) as base:
+        stats = base.rebuild_index(reembed=reembed, progress=True)
+    click.echo(f"rebuilt: {stats['chunks']} chunks, {stats['index_kind']} index, model {stats['model_id']}")
+
+
+@kb.command("check")
+@_kb
+@_friendly
+def kb_check(kb_dir) -> None:
+    """Consistency of SQLite, the FTS indexes and the vector index; exit code 1 on problems."""
+    with _open(kb_dir, embedder=False) as base:
+        report = base.check()
+    click.echo(str(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+# ---- search -----------------------------------------------------------------------------
+def _min_score(value: str | None) -> float | None:
+    if value is None:
+        return None  # the KB's calibrated default
+    if value.lower() in ("none", "off"):
+        return -1.0  # every cosine passes
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"expected a number or 'none', got {value!r}") from None
+
+
+@click.command()
+@click.argument("query")
+@click.option("--k", "k", default=5, show_default=True, help="Number of results.")
+@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default="hybrid", show_default=True)
+@click.option("--source", "sources", multiple=True, help="Only these documents (path, name or glob; repeatable).")
+@click.option("--min-score", help="Answerability threshold on the cosine (default: the KB's calibrated one; "
+                                  "'none' disables it); for bm25 a BM25 score.")
+@_kb
+@_embedder
+@_backend
+@_json
+@_friendly
+def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, backend, as_json) -> None:
+    """Search the KB; prints the best chunks with their source and heading."""
+    threshold = _min_score(min_score)
+    with _open(kb_dir, embedder_dir, backend, embedder=mode != "bm25") as base:
+        hits = base.search(query, k=k, mode=mode, sources=list(sources) or None, min_score=threshold)
+    if as_json:
+        _echo_json([h.to_dict() for h in hits])
+        return
+    if not hits:
+        click.echo("no relevant passages", err=True)
+    for n, h in enumerate(hits, 1):
+        where = f"{h.name}" + (f" > {h.heading}" if h.heading else "") + (f" [{h.entry_id}]" if h.entry_id else "")
+        click.echo(f"{n}. {h.score:.4f}  {where}")
+        click.echo("   " + " ".join(h.text.split())[:300])
+
+
+# ---- eval -------------------------------------------------------------------------------
+@click.group("eval")
+def eval_group() -> None:
+    """Measure quality on question sets."""
+
+
+@eval_group.command("retrieval")
+@_kb
+@click.option("--questions", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help='JSONL lines {"question", "expected": [faq id | "file.md#A > B"], "lang"}.')
+@click.option("--mode", "modes", multiple=True, type=click.Choice(["dense", "bm25", "hybrid"]),
+              help="Modes to evaluate (repeatable; default: all three).")
+@_embedder
+@_backend
+@_json
+@_friendly
+def eval_retrieval(kb_dir, questions, modes, embedder_dir, backend, as_json) -> None:
+    """Recall@1, recall@5 and MRR per search mode (and language) on the KB."""
+    from knowledge.evaluation import evaluate, load_questions
+
+    modes = modes or ("dense", "bm25", "hybrid")
+    with _open(kb_dir, embedder_dir, backend, embedder=modes != ("bm25",)) as base:
+        result = evaluate(base, load_questions(questions), modes=modes)
+    if as_json:
+        _echo_json(result.to_dict())
+        return
+    click.echo(f"{'mode':8}{'lang':6}{'n':>5}{'R@1':>8}{'R@5':>8}{'MRR':>8}")
+    for r in result.rows:
+        click.echo(f"{r.mode:8}{r.lang:6}{r.n:>5}{r.recall[1]:>8.3f}{r.recall[5]:>8.3f}{r.mrr:>8.3f}")
+    if result.unanswerable_top:
+        click.echo(f"\nanswerability threshold (best cosine; {len(result.answerable_top)} answerable, "
+                   f"{len(result.unanswerable_top)} unanswerable questions the embedder can read, "
+                   f"{result.unreadable} it cannot):")
+        click.echo(f"{'min_score':>10}{'kept':>8}{'rejected':>10}")
+        for t, kept, rejected in result.threshold_table():
+            click.echo(f"{t:>10.2f}{kept:>8.3f}{rejected:>10.3f}")
+
+
+KNOWLEDGE_COMMANDS = [ingest, kb, search, eval_group]
+
+
+@click.group()
+def knowledge_cli() -> None:
+    """The knowledge-base commands on their own (`python -m app.cli_knowledge`)."""
+
+
+for _command in KNOWLEDGE_COMMANDS:
+    knowledge_cli.add_command(_command)
+
+if __name__ == "__main__":
+    knowledge_cli()

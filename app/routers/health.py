@@ -1,0 +1,22 @@
+"""GET /health: 200 when ready, 503 while loading or after a failed start (llama.cpp server style)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from app.deps import State
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(state: State):
+    if state.status != "ready":
+        body = {"status": state.status} | ({"error": state.error} if state.error else {})
+        return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
+    kb = state.kb.stats() if state.kb is not None else None
+    return {"status": "ok", "model": state.llm.name, "backend": state.settings.backend,
+            "context": state.llm.context, "embedder": state.embedder.manifest.name, "knowledge": kb,
+            "queue": {"busy": state.accelerator.busy, "waiting": state.accelerator.waiting,
+                      "max": state.accelerator.max_queue}}

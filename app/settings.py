@@ -1,0 +1,48 @@
+"""Server settings: one pydantic model, every field with an env twin (HEXRAG_<FIELD>)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HEXRAG_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    llm: Path = Path("models/smollm2-135m-instruct")
+    embedder: Path = Path("models/all-minilm-l6-v2")
+    kb: Path | None = None  # default: the knowledge package's per-user location
+    backend: Literal["cpu", "htp"] = "cpu"
+    threads: int | None = None
+    api_key: str | None = None
+
+    max_queue: int = 4  # requests waiting for the accelerator beyond the one generating
+    queue_timeout_s: float = 30.0  # longest wait for the accelerator before a 503
+    request_timeout_s: float = 120.0  # a generation running longer is cancelled
+    max_upload_bytes: int = 10 * 1024 * 1024
+
+    rag_k: int = 4
+    rag_min_score: float | None = None  # None: the knowledge base's calibrated default
+    default_max_tokens: int = 256
+    # applied when a request sets no penalty: small models loop without one (llama.cpp uses 1.1 too)
+    default_repetition_penalty: float = 1.1
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def check(self) -> None:
+        """Refuse to serve beyond this machine without an API key."""
+        if not self.loopback and not self.api_key:
+            raise ValueError(f"binding to {self.host} exposes the server beyond this machine: "
+                             "set an API key (--api-key or HEXRAG_API_KEY)")

@@ -1,0 +1,50 @@
+"""What the server holds: settings, the loaded models and knowledge base, and the accelerator."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from app.accelerator import Accelerator
+from app.settings import Settings
+from knowledge import KnowledgeBase
+from runtime.embedder import Embedder
+from runtime.llm import LLM
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    accelerator: Accelerator
+    status: str = "loading"  # loading | ready | error
+    error: str | None = None
+    llm: LLM | None = None
+    embedder: Embedder | None = None
+    kb: KnowledgeBase | None = None
+    started: float = field(default_factory=time.time)
+
+    def load(self) -> None:
+        """Load models and the knowledge base (runs on a background thread at start-up)."""
+        s = self.settings
+        try:
+            log.info("loading LLM %s on %s", s.llm, s.backend)
+            self.llm = LLM(s.llm, backend=s.backend, threads=s.threads)
+            log.info("loading embedder %s", s.embedder)
+            self.embedder = Embedder(s.embedder, backend=s.backend, threads=s.threads)
+            self.kb = _open_kb(s, self.embedder)
+            self.status = "ready"
+            log.info("ready")
+        except Exception as e:  # reported by /health; the server stays up to say why
+            log.error("start-up failed: %s", e)
+            self.status, self.error = "error", str(e)
+
+    @property
+    def model_ids(self) -> list[str]:
+        return ["hexrag", "hexrag-voice"] + ([self.llm.name] if self.llm else [])
+
+
+def _open_kb(settings: Settings, embedder: Embedder) -> KnowledgeBase:
+    return KnowledgeBase.open(settings.kb, embedder)  # None: the per-user default location

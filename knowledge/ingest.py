@@ -1,0 +1,176 @@
+"""Ingestion: find files, skip unchanged ones, parse + chunk, embed in batches, write per document.
+
+Each document is committed in its own SQLite transaction, so a crash leaves every document either
+at its old or at its new version; the in-memory index follows each commit and is saved at the end
+(an index left stale by a crash is rebuilt from SQLite on the next open)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tqdm import tqdm
+
+from knowledge.chunking import Chunk
+from knowledge.errors import IngestError
+from knowledge.loaders import is_supported, load_document
+
+if TYPE_CHECKING:
+    from knowledge.kb import KnowledgeBase
+
+log = logging.getLogger(__name__)
+EMBED_BATCH_CHUNKS = 256  # chunks of several small files share embedder batches (no half-empty [B, L] runs)
+
+
+@dataclass
+class IngestReport:
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    skipped: list[str] = field(default_factory=list)  # files of unsupported types found in folders
+    chunks: int = 0  # chunks written
+    embedded: int = 0  # chunks embedded now (the rest reused the vector of an identical earlier chunk)
+    truncated: int = 0  # chunks longer than the embedder's window (only the start was embedded)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def summary(self) -> str:
+        parts = [f"{len(self.added)} added", f"{len(self.updated)} updated", f"{len(self.unchanged)} unchanged",
+                 f"{len(self.deleted)} deleted", f"{len(self.failed)} failed"]
+        rate = f", {self.embedded / self.seconds:.0f} chunks/s" if self.embedded and self.seconds else ""
+        return f"{', '.join(parts)}; {self.chunks} chunks written ({self.embedded} embedded{rate}) in {self.seconds:.1f}s"
+
+    def to_dict(self) -> dict:
+        return {"added": self.added, "updated": self.updated, "unchanged": self.unchanged, "deleted": self.deleted,
+                "failed": [{"path": p, "reason": r} for p, r in self.failed], "skipped": self.skipped,
+                "chunks": self.chunks, "embedded": self.embedded, "truncated": self.truncated,
+                "seconds": round(self.seconds, 3)}
+
+
+@dataclass
+class _Pending:
+    fields: dict  # the documents row
+    chunks: list[Chunk]
+    reusable: dict[str, bytes]  # chunk hash -> vector blob of the previous version
+    is_update: bool
+    vectors: np.ndarray | None = None
+
+
+def _hidden(parts: tuple[str, ...]) -> bool:
+    return any(p.startswith(".") for p in parts)
+
+
+def discover(paths: list[str | Path], exclude: Path | None = None):
+    """(files as (resolved path, display name), folder roots, failures, unsupported files)."""
+    files: dict[Path, str] = {}
+    roots: list[Path] = []
+    failed: list[tuple[str, str]] = []
+    skipped: list[str] = []
+    for given in paths:
+        p = Path(given).expanduser()
+        if p.is_dir():
+            root = p.resolve()
+            roots.append(root)
+            for dirpath, dirnames, filenames in os.walk(root):  # symlinked folders are not followed
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                for fname in sorted(filenames):
+                    f = Path(dirpath) / fname
+                    if fname.startswith(".") or (exclude and f.resolve().is_relative_to(exclude)):
+                        continue
+                    if is_supported(f):
+                        files.setdefault(f.resolve(), f.relative_to(root).as_posix())
+                    else:
+                        skipped.append(str(f))
+        elif p.is_file():
+            files.setdefault(p.resolve(), p.name)
+        else:
+            failed.append((str(given), "no such file or directory"))
+    return list(files.items()), roots, failed, skipped
+
+
+def _prepare(kb: KnowledgeBase, path: Path, name: str) -> _Pending | None:
+    """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
+    try:
+        data = path.read_bytes()
+        stat = path.stat()
+    except OSError as e:
+        raise IngestError(path, e.strerror or str(e)) from None
+    content_hash = hashlib.sha256(data).hexdigest()
+    existing = kb.store.document(str(path))
+    chunker = kb.chunker
+    if existing and existing.content_hash == content_hash and existing.chunker == chunker.signature:
+        return None
+    doc = load_document(path, data)
+    chunks = chunker.chunk(doc)
+    if not chunks:
+        raise IngestError(path, "no text to index")
+    fields = {"source": str(path), "name": name, "kind": doc.kind, "title": doc.title, "content_hash": content_hash,
+              "chunker": chunker.signature, "size": len(data), "mtime": stat.st_mtime, "text": doc.text}
+    reusable = kb.store.vectors_by_hash(existing.id) if existing else {}
+    return _Pending(fields, chunks, reusable, existing is not None)
+
+
+def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> None:
+    """Embed what the pending documents need (in shared batches), then commit them one by one."""
+    todo = [(p, i, c.embed_text) for p in pending for i, c in enumerate(p.chunks) if c.hash not in p.reusable]
+    embedded = kb.embedder.embed([t for _, _, t in todo]) if todo else None
+    for p in pending:
+        p.vectors = np.zeros((len(p.chunks), kb.dim), np.float32)
+        for i, c in enumerate(p.chunks):
+            if c.hash in p.reusable:
+                p.vectors[i] = np.frombuffer(p.reusable[c.hash], "<f4")
+    if embedded is not None:
+        for (p, i, _), v, cut in zip(todo, embedded.vectors, embedded.truncated):
+            p.vectors[i] = v
+            report.truncated += cut
+        report.embedded += len(todo)
+    for p in pending:
+        removed, new_ids = kb.store.replace_document(p.fields, p.chunks, p.vectors)
+        kb._index_update(removed, new_ids, p.vectors)  # after the commit: SQLite always leads
+        (report.updated if p.is_update else report.added).append(p.fields["source"])
+        report.chunks += len(p.chunks)
+
+
+def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True, prune: bool = True) -> IngestReport:
+    started = time.perf_counter()
+    report = IngestReport()
+    files, roots, report.failed, report.skipped = discover(paths, exclude=kb.dir.resolve())
+    pending: list[_Pending] = []
+    size = 0
+    bar = tqdm(files, unit="file", disable=not progress or len(files) < 2, desc="ingest", leave=False)
+    for path, name in bar:
+        try:
+            item = _prepare(kb, path, name)
+        except IngestError as e:
+            log.warning("skipped %s", e)
+            report.failed.append((e.path, e.reason))
+            continue
+        if item is None:
+            report.unchanged.append(str(path))
+            continue
+        pending.append(item)
+        size += sum(c.hash not in item.reusable for c in item.chunks)
+        if size >= EMBED_BATCH_CHUNKS:
+            _flush(kb, pending, report)
+            pending, size = [], 0
+    _flush(kb, pending, report)
+    if prune:  # files that disappeared from an ingested folder leave the KB too
+        seen = {str(p) for p, _ in files}
+        for doc in kb.store.documents():
+            under = any(Path(doc.source).is_relative_to(root) for root in roots)
+            if under and doc.source not in seen and not Path(doc.source).exists():
+                kb._delete_record(doc)
+                report.deleted.append(doc.source)
+    report.seconds = time.perf_counter() - started
+    return report

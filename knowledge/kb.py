@@ -1,0 +1,413 @@
+"""KnowledgeBase: the one object the CLI and the app use (ingest, delete, search, check, rebuild).
+
+Layout of a KB directory: kb.sqlite (source of truth), index.faiss + index.json (derived vector
+index and its sidecar)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from knowledge import index as vindex
+from knowledge.chunking import Chunker
+from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
+from knowledge.fusion import reciprocal_rank_fusion
+from knowledge.ingest import IngestReport, run_ingest
+from knowledge.lexical import search_bm25
+from knowledge.paths import default_kb_dir
+from knowledge.retrieval import DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, Hit
+from knowledge.store import FTS_TABLES, DocumentRecord, Store
+
+if TYPE_CHECKING:
+    from runtime.embedder import Embedder
+
+log = logging.getLogger(__name__)
+EXACT_FILTER_LIMIT = 50_000  # a filtered dense search over at most this many chunks is done exactly
+
+
+@dataclass
+class CheckReport:
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        head = "ok" if self.ok else f"{len(self.problems)} problem(s)"
+        return "\n".join([f"{head}: " + ", ".join(f"{v} {k}" for k, v in self.counts.items()), *self.problems])
+
+
+class KnowledgeBase:
+    DB_FILE, INDEX_FILE = "kb.sqlite", "index.faiss"
+
+    def __init__(self, kb_dir: Path, store: Store, embedder: Embedder | None, index_kind: str,
+                 max_tokens: int | None, overlap: float):
+        self.dir, self.store, self.embedder = kb_dir, store, embedder
+        self.index_kind = index_kind
+        self._max_tokens, self._overlap = max_tokens, overlap
+        self._chunker: Chunker | None = None
+        self._index: vindex.VectorIndex | None = None
+        self._index_dirty = False
+        self.last_rebuild_reason: str | None = None  # why open() rebuilt the vector index, if it did
+        # the answerability threshold search() applies when given min_score=None (calibrated for
+        # all-MiniLM-L6-v2; set another after `hexrag eval retrieval` with another embedder)
+        self.default_min_score: float = DEFAULT_MIN_SCORE
+        self._lock = threading.RLock()  # one writer or searcher at a time (the app serves from threads)
+
+    # ---- opening
+    @classmethod
+    def open(cls, kb_dir: str | Path | None = None, embedder: Embedder | None = None, *, index: str | None = None,
+             max_tokens: int | None = None, overlap: float = 0.15) -> KnowledgeBase:
+        """Open (or create) a KB. Without an embedder: BM25 search, list, delete, stats, check, rebuild.
+
+        `index` ("auto", "flat", "hnsw", "ivf") is remembered by the KB; `max_tokens` (chunk size,
+        default: the embedder's sequence length) and `overlap` apply to files ingested from now on."""
+        kb_dir = Path(kb_dir).expanduser() if kb_dir is not None else default_kb_dir()
+        kb_dir.mkdir(parents=True, exist_ok=True)
+        store = Store(kb_dir / cls.DB_FILE)
+        kind = index or store.get_meta("index_kind") or "auto"
+        vindex.resolve_kind(kind, 0)  # validates the name
+        if index:
+            store.set_meta(index_kind=index)
+        kb = cls(kb_dir, store, embedder, kind, max_tokens, overlap)
+        if embedder is not None:
+            kb._load_index()  # a stale, missing or altered index is rebuilt now
+        return kb
+
+    def close(self) -> None:
+        with self._lock:
+            self._save_index_if_dirty()
+            self.store.close()
+
+    def __enter__(self) -> KnowledgeBase:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- model binding
+    @property
+    def model_id(self) -> str | None:
+        return self.store.get_meta("model_id")
+
+    @property
+    def dim(self) -> int:
+        value = self.store.get_meta("dim")
+        if value is not None:
+            return int(value)
+        return self._need_embedder().dim
+
+    def _need_embedder(self, check_model: bool = True) -> Embedder:
+        if self.embedder is None:
+            raise EmbedderRequiredError("this needs an embedder: open the KB with one (CLI: --embedder DIR)")
+        if check_model and self.model_id is not None and self.model_id != self.embedder.model_id:
+            raise EmbedderMismatchError(
+                f"the KB at {self.dir} was embedded with {self.model_id}, the embedder given is "
+                f"{self.embedder.model_id}; use that embedder or re-embed with `hexrag kb rebuild --reembed`")
+        return self.embedder
+
+    @property
+    def chunker(self) -> Chunker:
+        if self._chunker is None:
+            e = self._need_embedder()
+            self._chunker = Chunker(e.tokenizer, self._max_tokens or e.seq, self._overlap)
+        return self._chunker
+
+    # ---- vector index (derived from SQLite)
+    @property
+    def index_path(self) -> Path:
+        return self.dir / self.INDEX_FILE
+
+    def _index_mismatch(self, sidecar: dict[str, Any]) -> str | None:
+        ids = self.store.embedded_ids()
+        if sidecar.get("model_id") != self.model_id:
+            return f"index built with {sidecar.get('model_id')}, KB uses {self.model_id}"
+        if sidecar.get("count") != len(ids):
+            return f"index holds {sidecar.get('count')} vectors, SQLite {len(ids)}"
+        if sidecar.get("ids_sha256") != vindex.ids_checksum(ids):
+            return "index ids differ from the SQLite chunk ids"
+        if sidecar.get("kind") != vindex.resolve_kind(self.index_kind, len(ids)):
+            return f"index kind {sidecar.get('kind')} but {vindex.resolve_kind(self.index_kind, len(ids))} is wanted"
+        return None
+
+    def _load_index(self) -> vindex.VectorIndex | None:
+        if self._index is not None:
+            return self._index
+        if self.model_id is None:  # nothing embedded yet
+            return None
+        try:
+            sidecar = vindex.read_sidecar(self.index_path)
+            reason = self._index_mismatch(sidecar)
+            if reason is None:
+                self._index = vindex.load_index(self.index_path, sidecar)
+                return self._index
+        except vindex.IndexFileError as e:
+            reason = str(e)
+        if self.store.counts()["embeddings"]:  # (a KB about to receive its first vectors has nothing to rebuild)
+            log.info("rebuilding the vector index of %s: %s", self.dir, reason)
+            self.last_rebuild_reason = reason
+        self._rebuild_vector_index()
+        return self._index
+
+    def _rebuild_vector_index(self) -> None:
+        ids, vectors = self.store.all_vectors(self.dim)
+        kind = vindex.resolve_kind(self.index_kind, len(ids))
+        self._index = vindex.build_index(kind, self.dim, ids, vectors)
+        vindex.save_index(self._index, self.index_path, self.model_id or "")
+        self._index_dirty = False
+
+    def _index_update(self, removed: np.ndarray, new_ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Mirror one committed document write into the in-memory index (saved later)."""
+        index = self._load_index()
+        if index is None:
+            self._index = index = vindex.build_index("flat", self.dim, np.zeros(0, np.int64),
+                                                     np.zeros((0, self.dim), np.float32))
+        index.remove(removed)
+        index.add(new_ids, vectors)
+        self._index_dirty = True
+
+    def _save_index_if_dirty(self) -> None:
+        if not self._index_dirty or self._index is None:
+            return
+        n = len(self._index)
+        if self._index.wants_rebuild or self._index.kind != vindex.resolve_kind(self.index_kind, n):
+            self._rebuild_vector_index()  # switch flat -> hnsw past the threshold, drop tombstones
+        else:
+            vindex.save_index(self._index, self.index_path, self.model_id or "")
+            self._index_dirty = False
+
+    # ---- writing
+    def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True) -> IngestReport:
+        """Add new files, replace changed ones, skip unchanged ones; with `prune`, forget files that
+        disappeared from an ingested folder. Unreadable files are reported in `failed`, not raised."""
+        with self._lock:
+            embedder = self._need_embedder()
+            if self.model_id is None:
+                self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
+            self._load_index()
+            try:
+                return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune)
+            finally:  # also after an error or Ctrl-C: what was committed gets indexed
+                self._save_index_if_dirty()
+
+    def _delete_record(self, doc: DocumentRecord) -> None:
+        removed = self.store.delete_document(doc.id)  # SQLite first, then the index
+        if self._load_index() is not None:
+            self._index.remove(removed)
+            self._index_dirty = True
+
+    def _find_documents(self, source: str) -> list[DocumentRecord]:
+        docs = self.store.documents()
+        resolved = str(Path(source).expanduser().resolve())
+        for key in (source, resolved):
+            exact = [d for d in docs if d.source == key]
+            if exact:
+                return exact
+        by_name = [d for d in docs if d.name == source]
+        if by_name:
+            return by_name
+        # a folder: every document under it
+        return [d for d in docs if Path(d.source).is_relative_to(resolved)]
+
+    def delete(self, source: str | Path) -> list[DocumentRecord]:
+        """Remove a document (by its path, its name in the KB, or a folder holding documents)."""
+        with self._lock:
+            docs = self._find_documents(str(source))
+            if not docs:
+                raise UnknownDocumentError(f"no document {source!r} in the KB at {self.dir}")
+            try:
+                for doc in docs:
+                    self._delete_record(doc)
+            finally:
+                self._save_index_if_dirty()
+            return docs
+
+    def rebuild_index(self, reembed: bool = False, progress: bool = False) -> dict[str, Any]:
+        """Rebuild the FTS indexes and the vector index from SQLite; with `reembed`, recompute every
+        vector with the KB's embedder first (after switching embedding models)."""
+        with self._lock:
+            if reembed:
+                self._reembed(progress)
+            self.store.rebuild_fts()
+            if self.model_id is not None:
+                self._rebuild_vector_index()
+            return self.stats()
+
+    def _reembed(self, progress: bool) -> None:
+        from tqdm import tqdm
+
+        embedder = self._need_embedder(check_model=False)
+        chunker = Chunker(embedder.tokenizer, self._max_tokens or embedder.seq, self._overlap)
+        total = self.store.counts()["chunks"]
+        with tqdm(total=total, unit="chunk", disable=not progress, desc="re-embed", leave=False) as bar:
+            for rows in self.store.iter_chunk_texts():
+                vectors = embedder.embed([chunker.embed_text(heading, text) for _, heading, text in rows]).vectors
+                self.store.replace_vectors([(cid, v) for (cid, _, _), v in zip(rows, vectors)])
+                bar.update(len(rows))
+        self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
+        self._index = None
+
+    # ---- reading
+    def list_documents(self) -> list[DocumentRecord]:
+        with self._lock:
+            return self.store.documents()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            counts = self.store.counts()
+            try:
+                sidecar = vindex.read_sidecar(self.index_path)
+            except vindex.IndexFileError:
+                sidecar = {}
+            size = lambda p: p.stat().st_size if p.exists() else 0  # noqa: E731
+            return {**counts, "kb_dir": str(self.dir), "model_id": self.model_id,
+                    "dim": int(self.store.get_meta("dim") or 0), "index_kind": sidecar.get("kind"),
+                    "index_policy": self.index_kind, "sqlite_bytes": size(self.dir / self.DB_FILE),
+                    "index_bytes": size(self.index_path)}
+
+    def check(self) -> CheckReport:
+        """Consistency of SQLite (documents, chunks, embeddings), both FTS indexes and the vector index."""
+        with self._lock:
+            self._save_index_if_dirty()
+            problems = []
+            q = lambda sql, *a: self.store.db.execute(sql, a).fetchone()[0]  # noqa: E731
+            if n := q("SELECT count(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)"):
+                problems.append(f"{n} chunks belong to no document")
+            if n := q("SELECT count(*) FROM documents d WHERE chunk_count != "
+                      "(SELECT count(*) FROM chunks c WHERE c.document_id = d.id)"):
+                problems.append(f"{n} documents have a wrong chunk count")
+            chunk_ids, embedded = self.store.chunk_ids(), self.store.embedded_ids()
+            if not np.array_equal(chunk_ids, embedded):
+                problems.append(f"{len(np.setdiff1d(chunk_ids, embedded))} chunks lack a vector, "
+                                f"{len(np.setdiff1d(embedded, chunk_ids))} vectors lack a chunk")
+            if len(embedded):
+                dim = self.dim
+                if n := q("SELECT count(*) FROM embeddings WHERE length(vector) != ?", dim * 4):
+                    problems.append(f"{n} vectors are not {dim}-dimensional")
+            for table in FTS_TABLES:
+                fts_ids = self.store.fts_ids(table)
+                if not np.array_equal(fts_ids, chunk_ids):
+                    problems.append(f"{table} indexes {len(fts_ids)} rows, chunks has {len(chunk_ids)}")
+                elif err := self.store.fts_integrity(table):
+                    problems.append(f"{table} integrity check failed: {err}")
+            if len(embedded):
+                try:
+                    sidecar = vindex.read_sidecar(self.index_path)
+                    if reason := self._index_mismatch(sidecar):
+                        problems.append(f"vector index: {reason}")
+                    elif self._index is None:
+                        vindex.load_index(self.index_path, sidecar)
+                except vindex.IndexFileError as e:
+                    problems.append(f"vector index: {e}")
+                if self._index is not None and not np.array_equal(self._index.ids(), embedded):
+                    problems.append("vector index in memory differs from SQLite")
+            counts = {"documents": q("SELECT count(*) FROM documents"), "chunks": len(chunk_ids),
+                      "vectors": len(embedded)}
+            return CheckReport(not problems, problems, counts)
+
+    # ---- search
+    def _document_filter(self, sources, document) -> list[int] | None:
+        if sources is None and document is None:
+            return None
+        docs = self.store.documents()
+        keep = set()
+        if sources is not None:
+            patterns = [sources] if isinstance(sources, str) else list(sources)
+            keep |= {d.id for d in docs for p in patterns
+                     if d.source == p or d.name == p or fnmatch(d.name, p) or fnmatch(d.source, p)
+                     or Path(d.name).name == p}
+        if document is not None:
+            match = {d.id for d in docs if document in (d.id, d.source, d.name)}
+            if not match:
+                raise UnknownDocumentError(f"no document {document!r} in the KB at {self.dir}")
+            keep = match if sources is None else keep & match
+        return sorted(keep)
+
+    def _dense(self, qvec: np.ndarray, depth: int, doc_ids: list[int] | None) -> list[tuple[int, float]]:
+        index = self._load_index()
+        if index is None or not len(index):
+            return []
+        if doc_ids is not None:
+            allowed = self.store.chunk_ids_of(doc_ids)
+            if len(allowed) <= EXACT_FILTER_LIMIT:  # exact, whatever the backend (ANN + tight filters miss hits)
+                sims = self.store.vectors(allowed, self.dim) @ qvec
+                top = np.argsort(-sims)[:depth]
+                return [(int(allowed[i]), float(sims[i])) for i in top]
+            scores, ids = index.search(qvec[None], depth, allowed=allowed)
+        else:
+            scores, ids = index.search(qvec[None], depth)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+
+    def unknown_share(self, text: str) -> float:
+        """Share of the text's tokens the embedder only knows as its unknown token ([UNK])."""
+        tokenizer = self._need_embedder().tokenizer
+        unk = getattr(tokenizer.model, "unk_token", None)
+        unk_id = tokenizer.token_to_id(unk) if unk else None
+        if unk_id is None:  # byte-level tokenizers have no unknown token: they read everything
+            return 0.0
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        return sum(i == unk_id for i in ids) / len(ids) if ids else 0.0
+
+    def search(self, query: str, k: int = 5, mode: str = "hybrid", sources: str | list[str] | None = None,
+               document: int | str | None = None, min_score: float | None = None) -> list[Hit]:
+        """Top-k chunks for a query.
+
+        mode: "dense" (cosine of embeddings), "bm25" (FTS5 BM25; needs no embedder) or "hybrid"
+        (reciprocal rank fusion of both; the dense ranking is left out when the embedder cannot
+        read the query, e.g. Chinese with an English-only model). sources: document paths, names
+        or glob patterns; document: one document id, path or name.
+
+        min_score is an answerability threshold on the cosine similarity: dense drops hits below
+        it; hybrid returns [] when the best cosine among its candidates is below it (not applied
+        to queries the embedder cannot read). None means the KB's calibrated default
+        (`default_min_score`); -1 disables it. For bm25 it is a BM25 score and has no default."""
+        if mode not in MODES:
+            raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
+        if k <= 0 or not query.strip():
+            return []
+        with self._lock:
+            doc_ids = self._document_filter(sources, document)
+            if doc_ids == []:
+                return []
+            if min_score is None and mode != "bm25":
+                min_score = self.default_min_score
+            depth = k if mode != "hybrid" else max(FUSION_DEPTH, k)
+            dense: list[tuple[int, float]] = []
+            qvec = None
+            if mode in ("dense", "hybrid"):
+                qvec = self._need_embedder().embed([query]).vectors[0]
+                dense = self._dense(qvec, depth, doc_ids)
+            lexical = search_bm25(self.store, query, depth, doc_ids) if mode in ("bm25", "hybrid") else []
+            dense_score, bm25_score = dict(dense), dict(lexical)
+            if mode == "dense":
+                ranked = dense
+            elif mode == "bm25":
+                ranked = lexical
+            else:
+                readable = self.unknown_share(query) <= MAX_UNKNOWN_SHARE
+                ranked = reciprocal_rank_fusion([[i for i, _ in dense], [i for i, _ in lexical]],
+                                                [1.0 if readable else 0.0, 1.0])
+                missing = np.array([i for i, _ in ranked[:k] if i not in dense_score], np.int64)
+                if len(missing):  # cosine of the BM25-only hits, for display and the gate
+                    dense_score.update(zip(missing.tolist(), (self.store.vectors(missing, self.dim) @ qvec).tolist()))
+                if min_score is not None and readable and (not dense or max(dense_score.values()) < min_score):
+                    return []
+            if min_score is not None and mode != "hybrid":
+                ranked = [(i, s) for i, s in ranked if s >= min_score]
+            ranked = ranked[:k]
+            records = self.store.chunks([i for i, _ in ranked])
+            hits = []
+            for cid, score in ranked:
+                r = records[cid]
+                scores = {"dense": dense_score.get(cid), "bm25": bm25_score.get(cid)}
+                if mode == "hybrid":
+                    scores["hybrid"] = score
+                hits.append(Hit(cid, r.text, r.source, r.name, r.heading, r.entry_id, float(score),
+                                {m: float(s) for m, s in scores.items() if s is not None}, r.start, r.end,
+                                r.document_id))
+            return hits

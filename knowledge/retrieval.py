@@ -1,0 +1,35 @@
+"""Search results and how the three modes rank them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+MODES = ("dense", "bm25", "hybrid")
+# candidates taken from each ranking before fusion; on the sample eval deeper lists only add
+# BM25 noise (hybrid recall@5 with depth 10/20/50/100: 0.96/0.96/0.95/0.95)
+FUSION_DEPTH = 20
+# an embedder that maps more than this share of a query's tokens to its unknown token cannot read
+# the query (all-MiniLM-L6-v2 on Chinese: 40-90% [UNK]); its ranking is noise and hybrid drops it
+MAX_UNKNOWN_SHARE = 1 / 3
+# Answerability threshold on the best cosine for all-MiniLM-L6-v2 (KnowledgeBase.search uses it
+# when min_score is None). On knowledge/samples/eval_questions.jsonl it keeps 80 of 81 answerable
+# English questions and rejects 2 of 3 unanswerable ones (`hexrag eval retrieval` prints the table).
+DEFAULT_MIN_SCORE = 0.25
+
+
+@dataclass
+class Hit:
+    chunk_id: int
+    text: str
+    source: str  # the document's resolved path (what `kb delete` takes)
+    name: str  # path relative to the ingested folder: short, for citations
+    heading: str  # heading path "A > B > C" ("" when the text has no heading)
+    entry_id: str | None  # FAQ entry id
+    score: float  # the mode's score: cosine (dense), BM25 (bm25), fused RRF (hybrid)
+    scores: dict[str, float] = field(default_factory=dict)  # every signal known for this chunk
+    start: int = 0  # character span of the chunk in the document's extracted text
+    end: int = 0
+    document_id: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,317 @@
+"""The SQLite source of truth: documents, chunks, their embeddings and two FTS5 indexes.
+
+One integer id everywhere: a chunk's rowid is its FAISS id and its FTS5 rowid. AUTOINCREMENT
+keeps rowids from ever being reused, so an index that still holds a deleted chunk's id can never
+mistake it for a new chunk. The FTS5 tables are external-content tables kept in sync by triggers,
+so BM25 cannot drift from the chunks; every document is written in one transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from knowledge.chunking import Chunk
+from knowledge.errors import KnowledgeBaseCorruptError
+
+SCHEMA_VERSION = 1
+FTS_TABLES = {"chunks_fts": "porter unicode61 remove_diacritics 2",  # words: English stemming, accents folded
+              "chunks_fts_cjk": "trigram"}  # substrings: Chinese / Japanese text has no spaces
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    source TEXT NOT NULL UNIQUE,      -- resolved absolute path: the stable identity of a document
+    name TEXT NOT NULL,               -- path relative to the folder it was ingested from (citations)
+    kind TEXT NOT NULL,
+    title TEXT,
+    content_hash TEXT NOT NULL,       -- sha256 of the file bytes: unchanged files are skipped
+    chunker TEXT NOT NULL,            -- chunking settings the chunks were made with
+    size INTEGER NOT NULL,
+    mtime REAL,
+    text TEXT NOT NULL,               -- extracted text; chunk offsets index into it
+    chunk_count INTEGER NOT NULL,
+    ingested_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    document_id INTEGER NOT NULL REFERENCES documents(id),
+    ordinal INTEGER NOT NULL,
+    heading TEXT NOT NULL DEFAULT '',  -- "Driving > Regenerative braking"
+    entry_id TEXT,                     -- FAQ entry id
+    text TEXT NOT NULL,
+    start_char INTEGER NOT NULL,
+    end_char INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    hash TEXT NOT NULL                 -- sha256 of the embedded text (heading + text)
+);
+CREATE INDEX IF NOT EXISTS chunks_document ON chunks(document_id, ordinal);
+-- a table of its own so re-embedding never touches chunks (and never fires the FTS triggers)
+CREATE TABLE IF NOT EXISTS embeddings (
+    chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
+    vector BLOB NOT NULL              -- float32, little-endian, L2-normalised
+);
+"""
+
+
+def _fts_sql(table: str, tokenize: str) -> str:
+    return f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(
+    heading, text, content='chunks', content_rowid='id', tokenize='{tokenize}');
+CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO {table}(rowid, heading, text) VALUES (new.id, new.heading, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO {table}({table}, rowid, heading, text) VALUES ('delete', old.id, old.heading, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS {table}_au AFTER UPDATE ON chunks BEGIN
+    INSERT INTO {table}({table}, rowid, heading, text) VALUES ('delete', old.id, old.heading, old.text);
+    INSERT INTO {table}(rowid, heading, text) VALUES (new.id, new.heading, new.text);
+END;
+"""
+
+
+@dataclass
+class DocumentRecord:
+    id: int
+    source: str
+    name: str
+    kind: str
+    title: str | None
+    content_hash: str
+    chunker: str
+    size: int
+    mtime: float | None
+    chunk_count: int
+    ingested_at: str
+
+
+@dataclass
+class ChunkRecord:
+    id: int
+    document_id: int
+    source: str
+    name: str
+    heading: str
+    entry_id: str | None
+    text: str
+    start: int
+    end: int
+
+
+_DOC_COLUMNS = "id, source, name, kind, title, content_hash, chunker, size, mtime, chunk_count, ingested_at"
+
+
+def vector_blob(v: np.ndarray) -> bytes:
+    return np.asarray(v, "<f4").tobytes()
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = path
+        self._text_stats: tuple[int, float] | None = None  # (chunks, mean text length), for BM25
+        try:
+            # one connection shared by the threads of a server: KnowledgeBase serialises access with its lock
+            self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
+            self.db.execute("PRAGMA busy_timeout = 10000")
+            self.db.enable_wal()
+            # WAL + NORMAL survives a killed process with every committed transaction intact
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self._init_schema()
+        except sqlite3.DatabaseError as e:
+            raise KnowledgeBaseCorruptError(f"{path} is not a usable knowledge base ({e})") from None
+
+    def _init_schema(self) -> None:
+        version = self.get_meta("schema_version") if self.db["meta"].exists() else None
+        if version is not None and int(version) != SCHEMA_VERSION:
+            raise KnowledgeBaseCorruptError(
+                f"{self.path} has KB schema {version}; this hexrag reads {SCHEMA_VERSION}: re-ingest into a new KB")
+        with self.db.atomic():
+            for statement in _split_sql(_SCHEMA + "".join(_fts_sql(t, tok) for t, tok in FTS_TABLES.items())):
+                self.db.execute(statement)
+            if version is None:
+                self._set_meta("schema_version", str(SCHEMA_VERSION))
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- meta
+    def get_meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+        return row[0] if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        [key, value])
+
+    def set_meta(self, **values: Any) -> None:
+        with self.db.atomic():
+            for key, value in values.items():
+                self._set_meta(key, str(value))
+
+    # ---- documents
+    def document(self, source: str) -> DocumentRecord | None:
+        row = self.db.execute(f"SELECT {_DOC_COLUMNS} FROM documents WHERE source = ?", [source]).fetchone()
+        return DocumentRecord(*row) if row else None
+
+    def documents(self) -> list[DocumentRecord]:
+        return [DocumentRecord(*r) for r in self.db.execute(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY source")]
+
+    def document_text(self, document_id: int) -> str:
+        return self.db.execute("SELECT text FROM documents WHERE id = ?", [document_id]).fetchone()[0]
+
+    def chunk_ids_of(self, document_ids: list[int]) -> np.ndarray:
+        if not document_ids:
+            return np.zeros(0, np.int64)
+        rows = self.db.execute(f"SELECT id FROM chunks WHERE document_id IN ({_marks(document_ids)})", document_ids)
+        return np.array([r[0] for r in rows], np.int64)
+
+    def vectors_by_hash(self, document_id: int) -> dict[str, bytes]:
+        rows = self.db.execute("SELECT c.hash, e.vector FROM chunks c JOIN embeddings e ON e.chunk_id = c.id "
+                               "WHERE c.document_id = ?", [document_id])
+        return {h: v for h, v in rows}
+
+    def replace_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Write one document version atomically; returns (removed chunk ids, new chunk ids)."""
+        conn = self.db.conn
+        self._text_stats = None
+        with self.db.atomic():
+            old = conn.execute("SELECT id FROM documents WHERE source = ?", [fields["source"]]).fetchone()
+            fields = {**fields, "chunk_count": len(chunks), "ingested_at": _now()}
+            if old:
+                doc_id = old[0]
+                removed = self._delete_chunks(doc_id)
+                sets = ", ".join(f"{k} = ?" for k in fields)
+                conn.execute(f"UPDATE documents SET {sets} WHERE id = ?", [*fields.values(), doc_id])
+            else:
+                removed = np.zeros(0, np.int64)
+                cols = ", ".join(fields)
+                doc_id = conn.execute(f"INSERT INTO documents ({cols}) VALUES ({_marks(fields)})",
+                                      list(fields.values())).lastrowid
+            new_ids = np.empty(len(chunks), np.int64)
+            for i, (c, v) in enumerate(zip(chunks, vectors)):
+                new_ids[i] = conn.execute(
+                    "INSERT INTO chunks (document_id, ordinal, heading, entry_id, text, start_char, end_char, tokens, hash) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [doc_id, c.ordinal, c.heading_path, c.entry_id, c.text, c.start, c.end, c.tokens, c.hash]).lastrowid
+                conn.execute("INSERT INTO embeddings (chunk_id, vector) VALUES (?, ?)", [int(new_ids[i]), vector_blob(v)])
+        return removed, new_ids
+
+    def delete_document(self, document_id: int) -> np.ndarray:
+        self._text_stats = None
+        with self.db.atomic():
+            removed = self._delete_chunks(document_id)
+            self.db.conn.execute("DELETE FROM documents WHERE id = ?", [document_id])
+        return removed
+
+    def _delete_chunks(self, document_id: int) -> np.ndarray:
+        conn = self.db.conn
+        ids = np.array([r[0] for r in conn.execute("SELECT id FROM chunks WHERE document_id = ?", [document_id])], np.int64)
+        conn.execute("DELETE FROM embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", [document_id])
+        conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])  # triggers update both FTS tables
+        return ids
+
+    # ---- chunks and vectors
+    def chunks(self, ids: list[int]) -> dict[int, ChunkRecord]:
+        out: dict[int, ChunkRecord] = {}
+        for start in range(0, len(ids), 900):  # stay under SQLite's bound-parameter limit
+            part = [int(i) for i in ids[start:start + 900]]
+            rows = self.db.execute(
+                "SELECT c.id, c.document_id, d.source, d.name, c.heading, c.entry_id, c.text, c.start_char, c.end_char "
+                f"FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN ({_marks(part)})", part)
+            out.update({r[0]: ChunkRecord(*r) for r in rows})
+        return out
+
+    def vectors(self, ids: np.ndarray, dim: int) -> np.ndarray:
+        """Vectors of the given chunk ids, in that order."""
+        out = np.zeros((len(ids), dim), np.float32)
+        position = {int(i): n for n, i in enumerate(ids)}
+        for start in range(0, len(ids), 900):
+            part = [int(i) for i in ids[start:start + 900]]
+            for cid, blob in self.db.execute(f"SELECT chunk_id, vector FROM embeddings WHERE chunk_id IN ({_marks(part)})", part):
+                out[position[cid]] = np.frombuffer(blob, "<f4")
+        return out
+
+    def all_vectors(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of every embedded chunk, in id order; what an index is rebuilt from."""
+        n = self.db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+        ids, vectors = np.empty(n, np.int64), np.empty((n, dim), np.float32)
+        i = 0
+        for cid, blob in self.db.execute("SELECT chunk_id, vector FROM embeddings ORDER BY chunk_id"):
+            if i == n:  # a concurrent writer added rows meanwhile; the next open reconciles
+                break
+            ids[i], vectors[i] = cid, np.frombuffer(blob, "<f4")
+            i += 1
+        return ids[:i], vectors[:i]
+
+    def embedded_ids(self) -> np.ndarray:
+        return np.array([r[0] for r in self.db.execute("SELECT chunk_id FROM embeddings ORDER BY chunk_id")], np.int64)
+
+    def chunk_ids(self) -> np.ndarray:
+        return np.array([r[0] for r in self.db.execute("SELECT id FROM chunks ORDER BY id")], np.int64)
+
+    def iter_chunk_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str, str]]]:
+        rows = self.db.execute("SELECT id, heading, text FROM chunks ORDER BY id").fetchall()
+        for start in range(0, len(rows), batch):
+            yield rows[start:start + batch]
+
+    def replace_vectors(self, rows: list[tuple[int, np.ndarray]]) -> None:
+        with self.db.atomic():
+            self.db.conn.executemany("UPDATE embeddings SET vector = ? WHERE chunk_id = ?",
+                                     [(vector_blob(v), int(cid)) for cid, v in rows])
+
+    def text_stats(self) -> tuple[int, float]:
+        if self._text_stats is None:
+            n, mean = self.db.execute("SELECT count(*), avg(length(text)) FROM chunks").fetchone()
+            self._text_stats = (n, mean or 1.0)
+        return self._text_stats
+
+    # ---- FTS
+    def fts_ids(self, table: str) -> np.ndarray:
+        """Rowids the FTS index holds (its docsize shadow table has one row per indexed row)."""
+        return np.array([r[0] for r in self.db.execute(f"SELECT id FROM {table}_docsize ORDER BY id")], np.int64)
+
+    def fts_integrity(self, table: str) -> str | None:
+        try:
+            self.db.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+            return None
+        except sqlite3.DatabaseError as e:
+            return str(e)
+
+    def rebuild_fts(self) -> None:
+        with self.db.atomic():
+            for table in FTS_TABLES:
+                self.db.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+
+    def counts(self) -> dict[str, int]:
+        q = lambda sql: self.db.execute(sql).fetchone()[0]  # noqa: E731
+        return {"documents": q("SELECT count(*) FROM documents"), "chunks": q("SELECT count(*) FROM chunks"),
+                "embeddings": q("SELECT count(*) FROM embeddings"),
+                "tokens": q("SELECT coalesce(sum(tokens), 0) FROM chunks")}
+
+
+def _marks(values) -> str:
+    return ", ".join("?" * len(values))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _split_sql(script: str) -> list[str]:
+    """Statements of a script (trigger bodies contain ';', so split with sqlite3.complete_statement)."""
+    out, current = [], ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            if current.strip():
+                out.append(current.strip())
+            current = ""
+    return out

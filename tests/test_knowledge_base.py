@@ -1,0 +1,232 @@
+"""KnowledgeBase on real SQLite files and FAISS indexes with the tiny random BERT embedder:
+ingest / re-ingest / update / delete keep SQLite, both FTS indexes and FAISS consistent; broken
+files are reported and skipped; a missing or altered index is rebuilt on open."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from knowledge import EmbedderMismatchError, KnowledgeBase, UnknownDocumentError
+from runtime.embedder import Embedder
+
+NO_GATE = -1.0  # random tiny-model cosines say nothing about answerability
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_builds):
+    return Embedder(tiny_builds["bert"])
+
+
+def write_docs(root):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "manual.md").write_text("# Driving\n\n## Regenerative braking\n\nLift off the pedal to slow down "
+                                    "and recover energy.\n\n### One-pedal mode\n\nThe car stops by itself "
+                                    "when you lift off.\n")
+    (root / "faq.jsonl").write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in [
+        {"id": "tpms", "category": "tyres", "question": "What does the tyre light mean?",
+         "answer": "A tyre is low on pressure; check all four."},
+        {"id": "tpms-zh", "category": "tyres", "question": "胎压灯亮了是什么意思？",
+         "answer": "至少有一个轮胎气压偏低，请检查四个轮胎。"},
+    ]) + "\n")
+    (root / "notes").mkdir(exist_ok=True)
+    (root / "notes" / "charging.txt").write_text("Charging at home takes about eight hours on a wallbox.\n")
+    (root / "notes" / "page.html").write_text("<h1>Wipers</h1><p>Replace the wiper blades every year.</p>")
+    return root
+
+
+def bm25(kb, query, k=3):
+    return kb.search(query, k=k, mode="bm25")
+
+
+def test_ingest_search_and_consistency(tmp_path, embedder):
+    docs = write_docs(tmp_path / "docs")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        report = kb.ingest(docs, progress=False)
+        assert len(report.added) == 4 and report.ok and report.chunks == report.embedded > 0
+        assert kb.check().ok, kb.check()
+        assert sorted(d.name for d in kb.list_documents()) == ["faq.jsonl", "manual.md", "notes/charging.txt",
+                                                               "notes/page.html"]
+        hit = bm25(kb, "one-pedal")[0]
+        assert hit.heading == "Driving > Regenerative braking > One-pedal mode" and hit.entry_id is None
+        assert kb.store.document_text(hit.document_id)[hit.start:hit.end] == hit.text
+        hit = bm25(kb, "wallbox")[0]
+        assert hit.name == "notes/charging.txt" and hit.scores["bm25"] > 0 and hit.heading == ""
+        # one id everywhere: the dense hit for a chunk's own text is that chunk (FAISS id = FTS rowid)
+        dense = kb.search(hit.text, k=1, mode="dense", min_score=NO_GATE)[0]
+        assert dense.chunk_id == hit.chunk_id and dense.score == pytest.approx(1.0, abs=1e-4)
+        hybrid = kb.search("wallbox", k=3, mode="hybrid", min_score=NO_GATE)
+        assert hit.chunk_id in [h.chunk_id for h in hybrid] and "hybrid" in hybrid[0].scores
+        stats = kb.stats()
+        assert stats["documents"] == 4 and stats["index_kind"] == "flat" and stats["dim"] == embedder.dim
+
+
+def test_reingest_is_a_noop_update_replaces_delete_removes(tmp_path, embedder):
+    docs = write_docs(tmp_path / "docs")
+    kb = KnowledgeBase.open(tmp_path / "kb", embedder)
+    kb.ingest(docs, progress=False)
+    before = kb.stats()
+    again = kb.ingest(docs, progress=False)
+    assert len(again.unchanged) == 4 and not (again.added or again.updated) and again.embedded == 0
+    assert kb.stats()["chunks"] == before["chunks"]
+
+    (docs / "notes" / "charging.txt").write_text("Charging at home takes about eight hours on a wallbox.\n\n"
+                                                 "A granny cable takes a full day.\n")
+    updated = kb.ingest(docs, progress=False)
+    assert [p.endswith("charging.txt") for p in updated.updated] == [True] and len(updated.unchanged) == 3
+    assert updated.embedded < updated.chunks or updated.chunks == 1  # the unchanged paragraph reused its vector
+    assert bm25(kb, "granny")[0].name == "notes/charging.txt"
+    assert kb.check().ok, kb.check()
+
+    deleted = kb.delete("manual.md")
+    assert [d.name for d in deleted] == ["manual.md"]
+    assert not any(h.name == "manual.md" for h in bm25(kb, "pedal regenerative braking", k=10))
+    assert not any(h.name == "manual.md" for h in kb.search("pedal", k=20, mode="dense", min_score=NO_GATE))
+    with pytest.raises(UnknownDocumentError):
+        kb.delete("manual.md")
+
+    (docs / "notes" / "page.html").unlink()  # a file removed from an ingested folder is pruned
+    pruned = kb.ingest(docs, progress=False)
+    assert [p.endswith("page.html") for p in pruned.deleted] == [True]
+    assert pruned.added == [str((docs / "manual.md").resolve())]  # and the deleted one comes back
+    assert kb.check().ok, kb.check()
+    kb.close()
+    # what was written is what a fresh open sees, without an index rebuild
+    reopened = KnowledgeBase.open(tmp_path / "kb", embedder)
+    assert reopened.last_rebuild_reason is None and reopened.check().ok
+    assert len(reopened.list_documents()) == 3
+
+
+def test_broken_files_are_reported_and_skipped(tmp_path, embedder):
+    docs = write_docs(tmp_path / "docs")
+    (docs / "binary.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00IHDR")
+    (docs / "latin1.md").write_bytes("Caf\xe9 au lait".encode("latin-1"))
+    (docs / "bad.jsonl").write_text('{"question": "q", "answer": "a"}\nnot json\n')
+    (docs / "image.png").write_bytes(b"\x89PNG")  # unsupported types in folders are skipped quietly
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        report = kb.ingest([docs, tmp_path / "missing.md"], progress=False)
+        reasons = {p.rsplit("/", 1)[-1]: r for p, r in report.failed}
+        assert set(reasons) == {"binary.txt", "latin1.md", "bad.jsonl", "missing.md"}
+        assert "binary" in reasons["binary.txt"] and "not UTF-8" in reasons["latin1.md"]
+        assert "line 2" in reasons["bad.jsonl"] and "no such file" in reasons["missing.md"]
+        assert len(report.added) == 4 and report.skipped[0].endswith("image.png")
+        assert kb.check().ok
+
+
+def test_missing_or_altered_index_is_rebuilt_on_open(tmp_path, embedder):
+    docs = write_docs(tmp_path / "docs")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest(docs, progress=False)
+        expected = [h.chunk_id for h in kb.search("wiper blades", k=3, mode="dense", min_score=NO_GATE)]
+    index = tmp_path / "kb" / "index.faiss"
+
+    def reopen():
+        kb = KnowledgeBase.open(tmp_path / "kb", embedder)
+        assert kb.check().ok, kb.check()
+        assert [h.chunk_id for h in kb.search("wiper blades", k=3, mode="dense", min_score=NO_GATE)] == expected
+        kb.close()
+        return kb.last_rebuild_reason
+
+    index.unlink()
+    assert "missing" in reopen()
+    data = bytearray(index.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte in the vectors
+    index.write_bytes(bytes(data))
+    assert "altered" in reopen()
+    index.write_bytes(b"garbage")
+    assert reopen() is not None
+    sidecar = index.with_suffix(".json")
+    sidecar.write_text(sidecar.read_text().replace('"count": ', '"count": 1'))
+    assert reopen() is not None
+    assert reopen() is None  # and a healthy index is simply loaded
+
+
+def test_check_reports_fts_and_sqlite_damage(tmp_path, embedder):
+    docs = write_docs(tmp_path / "docs")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest(docs, progress=False)
+    db = sqlite3.connect(tmp_path / "kb" / "kb.sqlite")
+    with db:  # what a buggy writer or a manual edit could do
+        db.execute("DELETE FROM chunks_fts_cjk_docsize WHERE id = (SELECT min(id) FROM chunks)")
+        db.execute("DELETE FROM embeddings WHERE chunk_id = (SELECT max(id) FROM chunks)")
+    db.close()
+    kb = KnowledgeBase.open(tmp_path / "kb")
+    problems = " | ".join(kb.check().problems)
+    assert "chunks_fts_cjk" in problems and "lack a vector" in problems
+    kb.close()
+
+
+def test_chinese_bm25(tmp_path, embedder):
+    docs = write_docs(tmp_path / "docs")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest(docs, progress=False)
+        for query in ["胎压", "胎压灯亮了怎么办", "轮胎气压低", "气压"]:  # 2-char words and longer questions
+            hits = bm25(kb, query)
+            assert hits and hits[0].entry_id == "tpms-zh", query
+        assert bm25(kb, "雨刮器") == []
+        # the English-only tokenizer cannot read Chinese: hybrid falls back to BM25's ranking
+        assert kb.unknown_share("胎压灯亮了怎么办") > 0.5 and kb.unknown_share("tyre light") == 0.0
+        assert kb.search("胎压灯亮了怎么办", k=1, mode="hybrid")[0].entry_id == "tpms-zh"
+
+
+def test_filters(tmp_path, embedder):
+    docs = write_docs(tmp_path / "docs")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest(docs, progress=False)
+        for mode in ("dense", "bm25", "hybrid"):
+            hits = kb.search("tyre pressure wallbox", k=10, mode=mode, sources=["notes/*"], min_score=NO_GATE)
+            assert hits and {h.name for h in hits} <= {"notes/charging.txt", "notes/page.html"}, mode
+            hits = kb.search("tyre pressure wallbox", k=10, mode=mode, document="faq.jsonl", min_score=NO_GATE)
+            assert hits and {h.name for h in hits} == {"faq.jsonl"}, mode
+        assert kb.search("tyre", sources=["nothing.md"]) == []
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "flat"])
+def test_index_kinds_follow_deletes(tmp_path, embedder, kind):
+    docs = write_docs(tmp_path / "docs")
+    with KnowledgeBase.open(tmp_path / "kb", embedder, index=kind) as kb:
+        kb.ingest(docs, progress=False)
+        assert kb.stats()["index_kind"] == kind
+        kb.delete("notes/page.html")
+        assert kb.check().ok, kb.check()
+        hits = kb.search("Replace the wiper blades every year.", k=20, mode="dense", min_score=NO_GATE)
+        assert hits and all(h.name != "notes/page.html" for h in hits)
+    kb = KnowledgeBase.open(tmp_path / "kb", embedder)  # the kind is remembered
+    assert kb.stats()["index_kind"] == kind and kb.last_rebuild_reason is None and kb.check().ok
+
+
+def test_ivf_index_on_many_vectors(tmp_path):
+    from knowledge.index import IVF_MIN_VECTORS, build_index
+
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((IVF_MIN_VECTORS, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(100, 100 + len(vectors), dtype=np.int64)
+    index = build_index("ivf", 32, ids, vectors)
+    index.remove(ids[:10])
+    assert len(index) == len(ids) - 10 and np.array_equal(index.ids(), ids[10:])
+    scores, found = index.search(vectors[10:20], 1)
+    assert (found[:, 0] == ids[10:20]).mean() >= 0.8
+    _, found = index.search(vectors[505:506], 5, allowed=ids[500:510])
+    assert found[0, 0] == ids[505] and set(found[0]) <= set(ids[500:510]) | {-1}  # unprobed cells give -1
+
+
+def test_embedder_mismatch_and_bm25_without_embedder(tmp_path, embedder, tiny_builds):
+    docs = write_docs(tmp_path / "docs")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest(docs, progress=False)
+    with KnowledgeBase.open(tmp_path / "kb") as kb:  # no embedder: BM25, list, delete, stats work
+        assert bm25(kb, "wallbox")[0].name == "notes/charging.txt"
+        kb.delete("notes/charging.txt")
+        assert kb.check().ok
+    other = Embedder(tiny_builds["bert"])
+    other.model_id = "another-model:0123"
+    with KnowledgeBase.open(tmp_path / "kb", other) as kb:
+        with pytest.raises(EmbedderMismatchError, match="kb rebuild --reembed"):
+            kb.search("wallbox", mode="dense")
+        kb.rebuild_index(reembed=True)
+        assert kb.model_id == "another-model:0123" and kb.check().ok
+        assert kb.search("wallbox", mode="dense", min_score=NO_GATE)

@@ -1,0 +1,111 @@
+"""`ingest`, `kb`, `search` and `eval retrieval` as scripts see them: JSON on stdout, clean errors.
+
+Run through `python -m app.cli`, the `hexrag` entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def cli(tmp_path, tiny_builds):
+    env = {**os.environ, "HEXRAG_KB": str(tmp_path / "kb"), "HEXRAG_EMBEDDER": str(tiny_builds["bert"])}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT, env=env)
+
+    return run
+
+
+@pytest.fixture()
+def docs(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "faq.jsonl").write_text(json.dumps({"id": "wipers", "category": "care", "question": "How do I change "
+                                                "the wiper blades?", "answer": "Lift the arm and press the clip."})
+                                    + "\n")
+    (root / "manual.md").write_text("# Charging\n\n## At home\n\nA wallbox charges overnight.\n")
+    (root / "broken.txt").write_bytes(b"\x00\x01\x02")
+    return root
+
+
+def test_ingest_reports_failures_with_exit_code_2(cli, docs):
+    proc = cli("ingest", str(docs), "--quiet")
+    assert proc.returncode == 2, proc.stderr
+    assert "failed: " in proc.stderr and "broken.txt: binary" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("2 added, 0 updated, 0 unchanged, 0 deleted, 1 failed")
+    (docs / "broken.txt").unlink()
+    proc = cli("ingest", str(docs), "--json")
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)["unchanged"]) == 2
+
+
+def test_search_json_shape(cli, docs):
+    (docs / "broken.txt").unlink()
+    assert cli("ingest", str(docs), "--quiet").returncode == 0
+    for mode in ("bm25", "hybrid", "dense"):
+        proc = cli("search", "wallbox overnight", "--mode", mode, "--k", "2", "--json", "--min-score", "none")
+        assert proc.returncode == 0, proc.stderr
+        hits = json.loads(proc.stdout)
+        assert isinstance(hits, list) and 1 <= len(hits) <= 2
+        for hit in hits:
+            assert {"text", "source", "heading", "score", "entry_id", "chunk_id", "scores", "start", "end"} <= set(hit)
+            assert isinstance(hit["score"], float) and isinstance(hit["text"], str)
+    top = json.loads(cli("search", "wallbox", "--mode", "bm25", "--json").stdout)[0]
+    assert top["heading"] == "Charging > At home" and top["source"].endswith("manual.md")
+    proc = cli("search", "wiper clip", "--mode", "bm25")
+    assert proc.returncode == 0 and "faq.jsonl > care [wipers]" in proc.stdout
+
+
+def test_kb_commands(cli, docs):
+    (docs / "broken.txt").unlink()
+    cli("ingest", str(docs), "--quiet")
+    listed = json.loads(cli("kb", "list", "--json").stdout)
+    assert sorted(d["name"] for d in listed) == ["faq.jsonl", "manual.md"]
+    stats = json.loads(cli("kb", "stats", "--json").stdout)
+    assert stats["documents"] == 2 and stats["index_kind"] == "flat"
+    proc = cli("kb", "check")
+    assert proc.returncode == 0 and proc.stdout.startswith("ok:")
+    proc = cli("kb", "delete", "manual.md")
+    assert proc.returncode == 0 and "deleted manual.md" in proc.stdout
+    proc = cli("kb", "delete", "manual.md")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: no document 'manual.md'")
+    (Path(stats["kb_dir"]) / "index.faiss").unlink()
+    proc = cli("kb", "rebuild")
+    assert proc.returncode == 0 and "flat index" in proc.stdout
+    assert cli("kb", "check").returncode == 0
+
+
+def test_errors_are_one_line(cli, docs, tmp_path):
+    proc = cli("search", "x", "--embedder", str(tmp_path / "nowhere"))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: no embedder at")
+    proc = cli("ingest", str(docs), "--embedder", str(tmp_path / "nowhere"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (tmp_path / "kb").mkdir()
+    (tmp_path / "kb" / "kb.sqlite").write_bytes(b"not a database at all" * 100)
+    proc = cli("kb", "list")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "not a usable knowledge base" in proc.stderr
+
+
+def test_eval_retrieval(cli, docs, tmp_path):
+    (docs / "broken.txt").unlink()
+    cli("ingest", str(docs), "--quiet")
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("\n".join(json.dumps(q) for q in [
+        {"question": "wallbox overnight", "expected": ["manual.md#Charging > At home"], "lang": "en"},
+        {"question": "wiper blades clip", "expected": ["wipers"], "lang": "en"},
+        {"question": "pizza", "expected": [], "lang": "en"}]) + "\n")
+    proc = cli("eval", "retrieval", "--questions", str(questions), "--mode", "bm25", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["mode"], r["lang"]): r for r in json.loads(proc.stdout)["results"]}
+    assert rows["bm25", "all"]["recall@1"] == 1.0 and rows["bm25", "all"]["questions"] == 2
+    proc = cli("eval", "retrieval", "--questions", str(questions))
+    assert proc.returncode == 0 and "hybrid" in proc.stdout and "R@5" in proc.stdout

@@ -1,0 +1,179 @@
+"""Loaders (Markdown, HTML, text, FAQ files, encodings) and the token-aware chunker, without a model."""
+
+from __future__ import annotations
+
+import codecs
+import json
+
+import pytest
+
+from knowledge.chunking import Chunker
+from knowledge.errors import IngestError
+from knowledge.loaders import load_document
+from tests.tiny_models import tiny_bert_tokenizer
+
+MANUAL = """---
+title: front matter is not content
+---
+Intro text before any heading.
+
+# Driving
+
+## Regenerative braking
+
+Lift off to slow down.
+
+### One-pedal mode
+
+Switch it on in Settings.
+
+```sh
+# not a heading inside a code fence
+```
+
+Safety
+======
+
+Child locks are in the rear doors.
+"""
+
+
+def sections(doc):
+    return [(" > ".join(s.heading), doc.text[s.start:s.end].strip()) for s in doc.sections]
+
+
+def test_markdown_headings_become_heading_paths(tmp_path):
+    path = tmp_path / "manual.md"
+    path.write_text(MANUAL)
+    doc = load_document(path)
+    got = sections(doc)
+    assert got[0] == ("", "Intro text before any heading.")
+    assert ("Driving > Regenerative braking", "Lift off to slow down.") in got
+    assert got[2][0] == "Driving > Regenerative braking > One-pedal mode"
+    assert "# not a heading" in got[2][1]  # the fenced line stayed in the body
+    assert got[3] == ("Safety", "Child locks are in the rear doors.")
+    assert "front matter" not in "".join(t for _, t in got)
+
+
+def test_html_text_and_headings(tmp_path):
+    path = tmp_path / "page.html"
+    path.write_text("<html><head><title>T</title><style>p{}</style></head><body><h1>Charging</h1>"
+                    "<p>Plug &amp; charge.</p><script>var x=1;</script><h2>At home</h2><ul><li>Wallbox</li>"
+                    "<li>Socket</li></ul></body></html>")
+    doc = load_document(path)
+    assert doc.title == "T"
+    assert sections(doc) == [("Charging", "Plug & charge."), ("Charging > At home", "Wallbox\nSocket")]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
+def test_faq_formats(tmp_path, suffix):
+    entries = [{"id": "a1", "category": "tyres", "question": "Pressure?", "answer": "240 kPa."},
+               {"question": "No id?", "answer": "Numbered."}]
+    path = tmp_path / f"faq{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("\n".join(json.dumps(e) for e in entries) + "\n")
+    elif suffix == ".json":
+        path.write_text(json.dumps({"faq": entries}))
+    else:
+        path.write_text('id,category,question,answer\na1,tyres,Pressure?,240 kPa.\n,,No id?,"Numbered."\n')
+    doc = load_document(path)
+    assert [(s.entry_id, s.heading) for s in doc.sections] == [("a1", ("tyres",)), ("2", ())]
+    assert doc.text[doc.sections[0].start:doc.sections[0].end] == "Pressure?\n240 kPa."
+
+
+def test_faq_errors_name_the_entry(tmp_path):
+    path = tmp_path / "faq.jsonl"
+    path.write_text('{"question": "q", "answer": "a"}\n{"question": "q only"}\n')
+    with pytest.raises(IngestError, match="line 2: not an FAQ entry"):
+        load_document(path)
+    path.write_text('{"question": "q", "answer": "a"}\n{oops\n')
+    with pytest.raises(IngestError, match="line 2: invalid JSON"):
+        load_document(path)
+
+
+@pytest.mark.parametrize("bom,encoding", [(codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
+                                          (codecs.BOM_UTF16_BE, "utf-16-be")])
+def test_byte_order_marks_decide_the_encoding(tmp_path, bom, encoding):
+    path = tmp_path / "note.txt"
+    path.write_bytes(bom + "Winter tyres: 3 mm tread.\r\n胎压".encode(encoding))
+    assert load_document(path).text == "Winter tyres: 3 mm tread.\n胎压"
+
+
+def test_binary_and_unknown_encodings_are_typed_errors(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"PK\x03\x04\x00\x00binary")
+    with pytest.raises(IngestError, match="binary"):
+        load_document(tmp_path / "a.txt")
+    (tmp_path / "b.txt").write_bytes("café".encode("latin-1"))
+    with pytest.raises(IngestError, match="not UTF-8"):
+        load_document(tmp_path / "b.txt")
+    (tmp_path / "c.docx").write_bytes(b"x")
+    with pytest.raises(IngestError, match="unsupported file type"):
+        load_document(tmp_path / "c.docx")
+    (tmp_path / "d.md").write_text("  \n")
+    with pytest.raises(IngestError, match="no text"):
+        load_document(tmp_path / "d.md")
+
+
+@pytest.fixture(scope="module")
+def chunker():
+    return Chunker(tiny_bert_tokenizer(), max_tokens=48)
+
+
+def test_long_sections_split_within_budget_with_overlap(tmp_path, chunker):
+    sentences = [f"The car is {i} m." for i in range(60)]  # ~6 tokens each with the tiny vocabulary
+    text = "# Charging\n\n" + " ".join(sentences[:12]) + "\n\n" + " ".join(sentences[12:])
+    (tmp_path / "c.md").write_text(text)
+    doc = load_document(tmp_path / "c.md")
+    chunks = chunker.chunk(doc)
+    assert len(chunks) > 3
+    for c in chunks:
+        assert c.text == doc.text[c.start:c.end] and c.heading == ("Charging",)
+        assert c.embed_text == "Charging\n" + c.text
+        assert c.tokens <= chunker.max_tokens
+        assert c.text[0].isupper() and c.text.endswith(".")  # cut at sentence boundaries
+    overlaps = sum(a.end > b.start for a, b in zip(chunks, chunks[1:]))
+    assert overlaps >= len(chunks) // 2  # consecutive windows (mostly) share a sentence
+    covered = "".join(sorted({s for c in chunks for s in sentences if s in c.text}))
+    assert covered == "".join(sorted(sentences))  # nothing lost
+
+
+def test_paragraphs_are_cut_between_not_inside(tmp_path, chunker):
+    paragraphs = [" ".join(f"The car is {i}{j} m." for j in range(4)) for i in range(1, 4)]  # ~60% budget each
+    (tmp_path / "p.txt").write_text("\n\n".join(paragraphs))
+    chunks = chunker.chunk(load_document(tmp_path / "p.txt"))
+    assert [c.text for c in chunks] == paragraphs
+
+
+def test_chinese_splits_on_cjk_punctuation(tmp_path, chunker):
+    body = "".join(f"第{i}句话说明充电口的指示灯颜色。" for i in range(20))
+    (tmp_path / "zh.txt").write_text(body)
+    doc = load_document(tmp_path / "zh.txt")
+    chunks = chunker.chunk(doc)
+    assert len(chunks) > 2
+    assert all(c.text.endswith("。") and c.tokens <= chunker.max_tokens for c in chunks)
+
+
+def test_run_on_text_falls_back_to_token_windows(tmp_path, chunker):
+    (tmp_path / "blob.txt").write_text("充电" * 200)
+    doc = load_document(tmp_path / "blob.txt")
+    chunks = chunker.chunk(doc)
+    assert len(chunks) > 5 and all(c.tokens <= chunker.max_tokens for c in chunks)
+    assert chunks[0].start == 0 and chunks[-1].end == len(doc.text)
+
+
+def test_faq_entry_is_one_chunk_even_when_long(tmp_path, chunker):
+    answer = " ".join(["Keep the question with its answer."] * 40)
+    (tmp_path / "faq.jsonl").write_text(json.dumps({"id": "long", "question": "Why?", "answer": answer}) + "\n")
+    chunks = chunker.chunk(load_document(tmp_path / "faq.jsonl"))
+    assert len(chunks) == 1 and chunks[0].entry_id == "long" and chunks[0].text.startswith("Why?\n")
+
+
+def test_pdf_needs_the_optional_pypdf(tmp_path):
+    try:
+        import pypdf  # noqa: F401
+    except ImportError:
+        (tmp_path / "manual.pdf").write_bytes(b"%PDF-1.4\n")
+        with pytest.raises(IngestError, match="pip install pypdf"):
+            load_document(tmp_path / "manual.pdf")
+    else:
+        pytest.skip("pypdf is installed")
