@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,9 @@ class Embedder:
         # the graph has a fixed length: we pad and truncate ourselves and report truncation
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
-        self.model_id = f"{m.name}:{m.files.get(graph.file, '')[:12]}"
+        # identity of the vectors: the source weights, not this build's batch/length or backend
+        weights_sha = "".join(sorted(m.source.files.values()))
+        self.model_id = f"{m.architecture['arch']}:{hashlib.sha256(weights_sha.encode()).hexdigest()[:16]}"
 
     def encode_ids(self, texts: list[str]) -> tuple[list[list[int]], list[bool]]:
         encodings = self.tokenizer.encode_batch(texts)

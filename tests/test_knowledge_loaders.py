@@ -168,12 +168,36 @@ def test_faq_entry_is_one_chunk_even_when_long(tmp_path, chunker):
     assert len(chunks) == 1 and chunks[0].entry_id == "long" and chunks[0].text.startswith("Why?\n")
 
 
-def test_pdf_needs_the_optional_pypdf(tmp_path):
-    try:
-        import pypdf  # noqa: F401
-    except ImportError:
-        (tmp_path / "manual.pdf").write_bytes(b"%PDF-1.4\n")
-        with pytest.raises(IngestError, match="pip install pypdf"):
-            load_document(tmp_path / "manual.pdf")
-    else:
-        pytest.skip("pypdf is installed")
+def write_pdf(path, pages: list[str]) -> None:
+    """A minimal hand-written PDF (Helvetica text, one line per page) with a correct xref table."""
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>",
+               "<< /Type /Pages /Kids [%s] /Count %d >>" % (" ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages))),
+                                                           len(pages)),
+               "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    for i, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
+                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
+    out, offsets = "%PDF-1.4\n", []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{n} 0 obj\n{body}\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n" + "".join(f"{o:010d} 00000 n \n" for o in offsets)
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n"
+    path.write_bytes(out.encode("latin-1"))
+
+
+def test_pdf_pages_become_sections(tmp_path):
+    write_pdf(tmp_path / "manual.pdf", ["Wiper service mode lifts the blades.", "Fuses are under the glovebox."])
+    doc = load_document(tmp_path / "manual.pdf")
+    assert doc.kind == "pdf"
+    assert "Wiper service mode lifts the blades." in doc.text and "Fuses are under the glovebox." in doc.text
+    assert [s.heading for s in doc.sections] == [("page 1",), ("page 2",)]
+
+
+def test_broken_pdf_is_a_clear_error(tmp_path):
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4\n garbage")
+    with pytest.raises(IngestError, match="PDF"):
+        load_document(tmp_path / "broken.pdf")
