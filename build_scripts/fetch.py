@@ -21,6 +21,7 @@ from platformdirs import user_cache_dir
 from tqdm import tqdm
 
 from build_scripts.errors import BuildError
+from models.manifest import sha256_file
 
 
 @dataclass(frozen=True)
@@ -85,14 +86,6 @@ PACKAGED: dict[str, PackagedModel] = {
 def cache_dir() -> Path:
     """Where fetched weights live; `HEXRAG_CACHE` overrides the per-user cache directory."""
     return Path(os.environ.get("HEXRAG_CACHE") or user_cache_dir("hexrag")) / "weights"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _download_wheel(wheel: Wheel, dest: Path) -> Path:

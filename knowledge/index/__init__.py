@@ -6,7 +6,6 @@ embedding model, the file's sha256) so a stale or altered index is detected on o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 
 from knowledge.index.base import VectorIndex, ids_checksum
 from knowledge.index.faiss import FlatIndex, HNSWIndex, IVFIndex
+from models.manifest import sha256_file
 
 KINDS: dict[str, type[VectorIndex]] = {"flat": FlatIndex, "hnsw": HNSWIndex, "ivf": IVFIndex}
 INDEX_CHOICES = ("auto", *KINDS)
@@ -64,14 +64,6 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _write_atomic(path: Path, write) -> None:
     """write(tmp_path) -> fsync -> os.replace: readers see the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -92,7 +84,7 @@ def save_index(index: VectorIndex, path: Path, model_id: str) -> dict[str, Any]:
     sidecar = {
         "version": SIDECAR_VERSION, "kind": index.kind, "dim": index.dim, "model_id": model_id,
         "count": int(len(ids)), "max_id": int(ids[-1]) if len(ids) else 0, "ids_sha256": ids_checksum(ids),
-        "file_sha256": _sha256_file(path), "state": index.state(),
+        "file_sha256": sha256_file(path), "state": index.state(),
     }
     _write_atomic(sidecar_path(path), lambda p: p.write_text(json.dumps(sidecar)))
     return sidecar
@@ -113,7 +105,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 def load_index(path: Path, sidecar: dict[str, Any]) -> VectorIndex:
     if not path.is_file():
         raise IndexFileError("index file missing")
-    if _sha256_file(path) != sidecar.get("file_sha256"):
+    if sha256_file(path) != sidecar.get("file_sha256"):
         raise IndexFileError("index file altered (sha256 differs from its sidecar)")
     try:
         index = KINDS[sidecar["kind"]].read(path, sidecar["dim"], sidecar.get("state") or {})
