@@ -1,8 +1,9 @@
 """Retrieval-augmented prompts: pick the query, fit retrieved chunks into the token budget, cite them.
 
     messages ─► retrieval query (last user turn, plus the previous one when it is short)
-             ─► knowledge search ─► context block "[n] source › heading: text" within budget
-             ─► system prompt (+ voice style) ─► chat template ─► prompt ids, citations
+             ─► knowledge search ─► passages "[n] source › heading: text" within budget, placed in the last
+       user turn (small models follow passages next to the question far better than in the system
+       prompt, where SmolLM2-135M tended to talk about the instructions) ─► chat template ─► ids
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.schemas import ChatRequest, Citation
-from app.voice import VOICE_INSTRUCTIONS
+from app.voice import VOICE_INSTRUCTIONS, VOICE_MAX_TOKENS
 from runtime.errors import ContextOverflowError
 from runtime.llm import LLM
 
 RAG_INSTRUCTIONS = (
-    "Answer the user's question using only the numbered context passages below. Cite the passages you use "
-    "as [1], [2]. If the passages do not contain the answer, say that you do not know."
+    "You are a helpful in-car assistant. Answer briefly, using only the numbered passages the user gives you, "
+    "and cite them as [1], [2]. If the passages do not contain the answer, say that you do not know."
 )
 DONT_KNOW = "I'm sorry, I don't know: the knowledge base has no information about that."
 DONT_KNOW_VOICE = "Sorry, I don't have any information about that."
@@ -59,6 +60,13 @@ def _with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
     return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
 
 
+def _with_passages(messages: list[dict], passages: str) -> list[dict]:
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    question = messages[last]["content"]
+    turn = {"role": "user", "content": f"Passages:\n{passages}\n\nQuestion: {question}"}
+    return messages[:last] + [turn] + messages[last + 1:]
+
+
 def _context_block(hits, llm: LLM, budget: int) -> tuple[str, list[Citation]]:
     lines, citations, used = [], [], 0
     for hit in hits:
@@ -80,6 +88,8 @@ def prepare_chat(req: ChatRequest, llm: LLM, search, default_max_tokens: int, de
     """`search(query, k, mode, min_score, sources)` returns hits, or is None when RAG is off/unavailable."""
     messages = _messages(req)
     max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    if req.voice:
+        max_tokens = min(max_tokens, VOICE_MAX_TOKENS)
     instructions = [VOICE_INSTRUCTIONS] if req.voice else []
     base_ids = llm.encode_chat(_with_system(messages, instructions))
     if len(base_ids) >= llm.context:
@@ -98,7 +108,8 @@ def prepare_chat(req: ChatRequest, llm: LLM, search, default_max_tokens: int, de
         budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(RAG_INSTRUCTIONS))
         context, citations = _context_block(hits, llm, budget)
         if citations:  # when no passage fits, the answer comes from the conversation alone
-            instructions = [RAG_INSTRUCTIONS + "\n\nContext:\n" + context, *instructions]
+            instructions = [RAG_INSTRUCTIONS, *instructions]
+            messages = _with_passages(messages, context)
     prompt_ids = llm.encode_chat(_with_system(messages, instructions)) if citations else base_ids
     if len(prompt_ids) >= llm.context:
         raise ContextOverflowError(len(prompt_ids), llm.context)

@@ -26,6 +26,8 @@ _MARKDOWN = [
     (re.compile(r"\[(\d+)\]"), ""),  # citation markers are shown on screen, not read aloud
     (re.compile(r"\s*\n+\s*"), " "),
 ]
+VOICE_MAX_TOKENS = 96  # a spoken answer of a few sentences; small models ignore "be brief" otherwise
+_LIST_MARKER = re.compile(r"^\s*\d+[.)]$")  # "1." is a list marker, not a sentence
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])[\"')\]]*\s+|(?<=[。！？])")
 
 
@@ -49,7 +51,8 @@ class SentenceChunker:
         self._buf += text
         parts = _SENTENCE_END.split(self._buf)
         self._buf = parts.pop()
-        return [p for p in parts if p.strip()]
+        # list markers ("1.") end like sentences; a spoken answer drops the numbering
+        return [p for p in parts if p.strip() and not _LIST_MARKER.match(p)]
 
     def flush(self) -> list[str]:
         rest, self._buf = self._buf, ""
