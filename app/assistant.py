@@ -69,5 +69,15 @@ class Assistant:
         return answer
 
 
+    def answer(self, question: str, voice: bool = False) -> Answer:
+        """The whole answer at once."""
+        gen = self.ask(question, voice=voice)
+        while True:
+            try:
+                next(gen)
+            except StopIteration as done:
+                return done.value
+
+
 def citation_lines(citations: list[Citation]) -> list[str]:
     return [f"[{c.index}] {Path(c.source).name}" + (f" › {c.heading}" if c.heading else "") for c in citations]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from app.cli_chat import CHAT_COMMANDS
+from app.cli_chat import CHAT_COMMANDS, stream_answer
 from app.cli_common import friendly as _friendly
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
 
@@ -284,13 +284,7 @@ def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_s
     assistant = Assistant(settings)
     ensure_sample_kb(assistant.kb)
     click.echo(f"> {question}")
-    gen = assistant.ask(question)
-    while True:
-        try:
-            click.echo(next(gen), nl=False)
-        except StopIteration as done:
-            answer = done.value
-            break
+    answer = stream_answer(assistant, question)
     click.echo()
     for line in citation_lines(answer.citations):
         click.echo(f"  {line}")

@@ -33,7 +33,8 @@ def _assistant(llm, embedder, kb, backend, no_rag):
     return Assistant(Settings(**{k: v for k, v in given.items() if v is not None}), rag=not no_rag)
 
 
-def _stream(assistant, question, voice, keep_history=False):
+def stream_answer(assistant, question, voice=False, keep_history=False):
+    """Print the answer as it is generated; returns the finished `Answer`."""
     gen = assistant.ask(question, voice=voice, keep_history=keep_history)
     while True:
         try:
@@ -54,18 +55,12 @@ def ask(question, llm, embedder, kb, backend, no_rag, voice, as_json) -> None:
 
     assistant = _assistant(llm, embedder, kb, backend, no_rag)
     if as_json:
-        gen = assistant.ask(question, voice=voice)
-        answer = None
-        while answer is None:
-            try:
-                next(gen)
-            except StopIteration as done:
-                answer = done.value
+        answer = assistant.answer(question, voice=voice)
         click.echo(json.dumps({"answer": answer.text, "citations": [c.model_dump() for c in answer.citations],
                                "finish_reason": answer.finish_reason, "prompt_tokens": answer.prompt_tokens,
                                "completion_tokens": answer.completion_tokens}, ensure_ascii=False))
         return
-    answer = _stream(assistant, question, voice)
+    answer = stream_answer(assistant, question, voice)
     click.echo()
     for line in citation_lines(answer.citations):
         click.echo(line, err=True)
@@ -87,7 +82,7 @@ def chat(llm, embedder, kb, backend, no_rag, voice) -> None:
             break
         if not question:
             break
-        answer = _stream(assistant, question, voice, keep_history=True)
+        answer = stream_answer(assistant, question, voice, keep_history=True)
         click.echo()
         for line in citation_lines(answer.citations):
             click.echo(f"  {line}", err=True)
