@@ -20,6 +20,9 @@ from runtime.kv_cache import StaticKVCache
 from runtime.session import GraphSession
 
 
+START_GRAPH = "start"  # graph name of the position-0 graph of quantized models
+
+
 class Decoder:
     def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
                  verify: bool = True):
@@ -34,10 +37,14 @@ class Decoder:
         # on the CPU only the decode graph gets packed weights: it runs every token (packing bought
         # 25% there), while prefill barely gains from it and each packed copy costs a full set of weights
         self.sessions = {g.seq: GraphSession(paths[g.name], backend, threads, prepack=g.kind == "decode")
-                         for g in m.graphs}
+                         for g in m.graphs if g.name != START_GRAPH}
+        self.start_session = next((GraphSession(paths[g.name], backend, threads, prepack=False)
+                                   for g in m.graphs if g.name == START_GRAPH), None)
         self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
         self.n_layers = arch["n_layers"]
-        self.cache = StaticKVCache(self.n_layers, arch["n_kv_heads"], arch["head_dim"], self.context)
+        self.kv_dtype, fill = _kv_layout(m, self.n_layers)
+        self.cache = StaticKVCache(self.n_layers, arch["n_kv_heads"], arch["head_dim"], self.context,
+                                   dtype=self.kv_dtype, fill=fill)
         self._cos, self._sin = rotary_tables(np.arange(self.context), arch["head_dim"], arch["rope_theta"])
         self.tokens: list[int] = []  # what the cache holds, in order
 
@@ -61,6 +68,9 @@ class Decoder:
             raise ContextOverflowError(len(ids), self.context, cached=len(self.tokens))
         logits = None
         rest = list(ids)
+        if self.start_session is not None and self.cache.length == 0:
+            logits = self._run(rest[:1], 1, self.start_session)
+            rest = rest[1:]
         while rest:
             seq = self._bucket(len(rest))
             chunk, rest = rest[:seq], rest[seq:]
@@ -77,7 +87,7 @@ class Decoder:
             return self.buckets[0]
         return min(b for b in self.buckets if b >= remaining)
 
-    def _run(self, chunk: list[int], seq: int) -> np.ndarray:
+    def _run(self, chunk: list[int], seq: int, session=None) -> np.ndarray:
         n, pos, c = len(chunk), self.cache.length, self.context
         pad = seq - n
         ids = np.zeros((1, seq), np.int32)
@@ -93,9 +103,39 @@ class Decoder:
         for i in range(self.n_layers):
             feeds[f"past_key_{i}"] = self.cache.keys[i]
             feeds[f"past_value_{i}"] = self.cache.values[i]
-        out = self.sessions[seq].run(feeds)
+        out = (session or self.sessions[seq]).run(feeds)
         for i in range(self.n_layers):
             self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
         self.cache.advance(n)
         self.tokens.extend(chunk)
         return out["logits"][0, 0]
+
+
+def _kv_layout(m, n_layers: int) -> tuple[np.dtype, list[tuple[int, int]] | None]:
+    """The cache's element type from the graphs' KV I/O (every graph must agree) and, for a
+    quantized cache, the zero point of each layer's key and value (what an empty slot holds)."""
+    dtypes = {t.dtype for g in m.graphs for t in (*g.inputs, *g.outputs)
+              if t.name.startswith(("past_key_", "past_value_", "new_key_", "new_value_"))}
+    if len(dtypes) > 1:
+        raise RuntimeModelError(f"{m.name}: the graphs disagree on the KV cache type ({', '.join(sorted(dtypes))}); "
+                                f"rebuild the model")
+    dtype = np.dtype(dtypes.pop() if dtypes else "float32")
+    if dtype == np.float32:
+        return dtype, None
+    kv = (m.quantization or {}).get("kv_cache") or {}
+    tensors = kv.get("tensors") or {}
+    if kv.get("dtype") != dtype.name or len(tensors) != 2 * n_layers:
+        raise RuntimeModelError(f"{m.name}: the graphs take a {dtype.name} KV cache but the manifest has no matching "
+                                f"quantization.kv_cache encodings; rebuild the model")
+    # one encoding per KV tensor for every graph: a graph that quantized differently would read
+    # the others' rows wrongly
+    io = (m.quantization or {}).get("io") or {}
+    for graph, params in io.items():
+        for name, p in params.items():
+            if name.startswith(("past_", "new_")):
+                want = tensors.get(name.split("_", 1)[1])
+                if want is None or (p.get("scale"), p.get("zero_point")) != (want["scale"], want["zero_point"]):
+                    raise RuntimeModelError(f"{m.name}: graph {graph} encodes {name} differently from the shared KV "
+                                            f"cache encoding; rebuild the model")
+    fill = [(int(tensors[f"key_{i}"]["zero_point"]), int(tensors[f"value_{i}"]["zero_point"])) for i in range(n_layers)]
+    return dtype, fill

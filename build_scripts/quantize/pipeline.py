@@ -1,0 +1,352 @@
+"""`quantize_model_dir`: a float model directory in, a quantized model directory out.
+
+    float dir ─► calibration feeds (real text through the float graphs, runtime Decoder/Embedder)
+              ─► per graph: prepare ─► plan (recipe + pinned KV ranges) ─► QDQ quantize ─► blocks ─► KV I/O uint16
+              ─► one shared weights file ─► manifest (graphs' I/O, quantization) ─► accuracy on held-out text
+              ─► report (metrics + activation ranges per layer)
+
+The result is written into a staging directory next to the destination and renamed into place
+only when complete (the same `_staging` the builder uses), so a failed run never leaves a
+half-quantized directory. With `out=None` the float directory is replaced by the quantized one
+(what `hexrag build llm --quant` wants: one directory per model); with `out=DIR` the float
+directory stays untouched (tests and side-by-side comparisons). Either way the float graphs are
+read from the source directory until the end, because the accuracy report needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from build_scripts.errors import BuildError
+from build_scripts.quantize import calibration as cal_mod
+from build_scripts.quantize import qdq
+from build_scripts.quantize.recipes import Recipe, resolve_recipe
+from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
+from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest
+from runtime.decoder import START_GRAPH
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "weights.data"
+REPORT = "quantization"  # quantization.md, quantization_ranges.json (+ .png)
+_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64",
+           onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.UINT8: "uint8"}
+
+
+def _staging(out: Path):
+    from build_scripts.build import _staging as staging  # one atomic-replace implementation for the builder and us
+
+    return staging(out)
+
+
+def _graph_spec(model: onnx.ModelProto, old: GraphSpec) -> GraphSpec:
+    def specs(values) -> list[TensorSpec]:
+        out = []
+        for v in values:
+            t = v.type.tensor_type
+            if t.elem_type not in _DTYPES:
+                raise BuildError(f"graph {old.name}: I/O {v.name} has a type the manifest cannot describe ({t.elem_type})")
+            out.append(TensorSpec(name=v.name, dtype=_DTYPES[t.elem_type], shape=[d.dim_value for d in t.shape.dim]))
+        return out
+
+    return old.model_copy(update={"inputs": specs(model.graph.input), "outputs": specs(model.graph.output)})
+
+
+def _copy_support_files(src: Path, m: Manifest, dest: Path) -> None:
+    """Everything but the graphs, the weights and HTP builds (both are rebuilt from the new graphs)."""
+    skip = {g.file for g in m.graphs} | {m.weights_file}
+    for rel in m.files:
+        if rel in skip or rel.startswith("htp/") or rel.startswith(REPORT):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, target)
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("onnxruntime", "onnx"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _kv_ranges(calib: cal_mod.LLMCalibration, margin: float) -> dict[str, tuple[float, float]]:
+    out = {}
+    for kind, ranges in (("key", calib.key_ranges), ("value", calib.value_ranges)):
+        for i, r in enumerate(ranges):
+            if not np.isfinite(r.lo):
+                raise BuildError(f"calibration produced no {kind} rows for layer {i}")
+            span = max(r.hi - r.lo, 1e-6)
+            out[f"{kind}_{i}"] = (float(np.float32(r.lo - margin * span)), float(np.float32(r.hi + margin * span)))
+    return out
+
+
+def _quantize_graphs(src: Path, graphs: list[GraphSpec], recipe: Recipe, feeds: dict[str, list], kv_ranges: dict,
+                     work: Path, progress: bool) -> tuple[dict[str, onnx.ModelProto], dict[str, Any]]:
+    """Quantize each graph (GraphSpec.file: the float source in `src`) with its own feeds."""
+    from tqdm import tqdm
+
+    models, info = {}, {"io": {}, "weights": {}, "overrides": {}, "blocked": {}, "kv_pinned": {}, "ranges": {}, "encoded": {},
+                        "softmax_inputs": set(), "quantize_seconds": {}}
+    for g in tqdm(graphs, desc="quantize", unit="graph", disable=not progress, leave=False):
+        start = time.perf_counter()
+        model = qdq.prepare(onnx.load(str(src / g.file)))
+        plan = qdq.build_plan(model, recipe, kv_ranges)
+        float_weights = {n: numpy_helper.to_array(t) for t in model.graph.initializer
+                         for n in [t.name] if n in plan.blocked}
+        info["softmax_inputs"] |= {n.input[0] for n in model.graph.node if n.op_type == "Softmax"}
+        prepared = work / f"{g.name}.prep.onnx"
+        onnx.save(model, str(prepared), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=f"{g.name}.prep.data", size_threshold=qdq.INLINE_BYTES)
+        del model
+        quantized = work / f"{g.name}.q.onnx"
+        reader = cal_mod.FeedReader(feeds[g.name], [t.name for t in g.inputs])
+        calibrated = qdq.quantize_graph(prepared, quantized, reader, plan, recipe, work)
+        q = onnx.load(str(quantized))
+        if plan.blocked:
+            qdq.apply_blocks(q, float_weights, plan.blocked)
+        io = qdq.boundary_params(q)
+        io.update(qdq.kv_io_to_uint16(q))
+        encoded = qdq.activation_encodings(q)
+        info["ranges"][g.name] = {t: (*calibrated[t], encoded[t][2]) for t in encoded if t in calibrated}
+        info["encoded"][g.name] = encoded
+        del q.graph.value_info[:]  # stale float types of renamed tensors; ONNX Runtime re-infers
+        models[g.name] = q
+        info["io"][g.name] = io
+        info["weights"].update(plan.weights)
+        info["blocked"].update(plan.blocked)
+        info["kv_pinned"][g.name] = plan.kv_pinned
+        for t, spec in plan.user.items():
+            info["overrides"][t] = spec
+        info["quantize_seconds"][g.name] = round(time.perf_counter() - start, 2)
+        for p in work.glob(f"{g.name}.*"):
+            p.unlink()
+    return models, info
+
+
+def _kv_record(info: dict, kv_ranges: dict, recipe: Recipe) -> dict[str, Any]:
+    """The one KV encoding per tensor, checked identical across every graph."""
+    tensors: dict[str, dict] = {}
+    for graph, io in info["io"].items():
+        for name, p in io.items():
+            if not name.startswith(("past_", "new_")):
+                continue
+            key = name.split("_", 1)[1]
+            enc = {"scale": p["scale"], "zero_point": p["zero_point"]}
+            if key not in tensors:
+                lo, hi = kv_ranges[key]
+                tensors[key] = {**enc, "rmin": lo, "rmax": hi}
+            elif (tensors[key]["scale"], tensors[key]["zero_point"]) != (enc["scale"], enc["zero_point"]):
+                raise BuildError(f"graph {graph} quantized {name} with {enc}, another graph with "
+                                 f"{tensors[key]}: the KV encodings are not shared")
+    return {"dtype": recipe.kv_cache, "margin": recipe.kv_margin, "graphs": sorted(info["io"]),
+            "tensors": dict(sorted(tensors.items(), key=lambda kv: (kv[0].split("_")[0], int(kv[0].split("_")[1]))))}
+
+
+def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict = "w8a16",
+                       calib: str | Path | list | None = None, samples: int | None = 64,
+                       out: str | Path | None = None, progress: bool = True, decode_steps: int | None = None,
+                       max_feeds: int | None = 96, evaluate: bool = True, eval_samples: int | None = None,
+                       eval_tokens: int | None = None) -> dict[str, Any]:
+    """Quantize a float model directory (LLM or embedder) with real calibration text.
+
+    model_dir     a float build (`hexrag build llm|embedder`), not yet quantized
+    recipe        "w8a16" | "w4a16" | a JSON recipe file (see recipes.py) | a Recipe
+    calib         calibration text: files/directories (.jsonl/.json/.md/.txt), default the
+                  knowledge-base samples (+ built-in chat prompts); every 5th sample is held out
+    samples       calibration samples (texts) to use (None: all)
+    out           None: replace `model_dir` by the quantized build; a path: write it there
+    decode_steps  teacher-forced decode steps per calibration sample (default min(32, context/4))
+    max_feeds     captured feeds kept per graph (evenly subsampled)
+    evaluate      measure accuracy vs float on the held-out samples (eval_samples of them,
+                  eval_tokens continuation tokens each, default up to the context)
+    Returns a summary (also recorded in the manifest's `quantization` field).
+    """
+    start = time.perf_counter()
+    src = Path(model_dir).resolve()
+    m = load_manifest(src)
+    if (m.quantization or {}).get("recipe", "none") != "none":
+        raise BuildError(f"{src} is already quantized ({m.quantization['recipe']}): quantize its float build")
+    recipe = resolve_recipe(recipe)
+    dest = Path(out).resolve() if out else src
+    with _staging(dest) as tmp, tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
+        work = Path(work_dir)
+        _copy_support_files(src, m, tmp)
+        if m.kind == "llm":
+            result = _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps, max_feeds,
+                                   evaluate, eval_samples, eval_tokens)
+        else:
+            result = _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, max_feeds,
+                                        evaluate, eval_samples)
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        result["model_dir"] = str(dest)
+        final = load_manifest(tmp, verify=False)
+        final.quantization["seconds"] = result["seconds"]
+        final.files = hash_directory(tmp)
+        final.save(tmp)
+    if progress:
+        print(format_summary(result), file=sys.stderr)
+    return result
+
+
+def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: dict[str, onnx.ModelProto],
+                     quantization: dict) -> Manifest:
+    new = m.model_copy(deep=True)
+    new.graphs = [_graph_spec(models[g.name], g).model_copy(update={"file": f"{g.name}.onnx"}) for g in graphs]
+    new.weights_file = WEIGHTS_FILE
+    new.quantization = quantization
+    new.target = {"backend": "cpu"}  # HTP builds of the float graphs do not apply: compile again
+    new.versions = {**m.versions, **_versions()}
+    for g in new.graphs:
+        onnx.save(models[g.name], str(tmp / g.file))
+    new.files = hash_directory(tmp)
+    new.save(tmp)
+    return new
+
+
+def _record_metrics(tmp: Path, new: Manifest, metrics: dict, tables: dict, ranges: dict, extra: dict) -> list[str]:
+    new.quantization["metrics"] = metrics
+    new.metrics = {**new.metrics, "quantization": metrics}
+    written = write_report(tmp / REPORT, f"{new.name}: {new.quantization['recipe']} quantization", metrics,
+                           tables, ranges, extra)
+    new.quantization["report"] = [p.name for p in written]
+    new.files = hash_directory(tmp)
+    new.save(tmp)
+    return [p.name for p in written]
+
+
+def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps, max_feeds, evaluate,
+                  eval_samples, eval_tokens) -> dict[str, Any]:
+    from runtime.decoder import Decoder
+    from runtime.llm import LLM
+
+    llm = LLM(src)
+    context = llm.context
+    steps = decode_steps or max(4, min(32, context // 4))
+    cal_samples, held, paths = cal_mod.calibration_texts(calib, samples)
+    seqs = cal_mod.tokenize_samples(llm, cal_samples, context, steps, buckets=llm.decoder.buckets)
+    if not seqs:
+        raise BuildError("no calibration sequences: the calibration text is empty")
+    t0 = time.perf_counter()
+    start = START_GRAPH if recipe.start_graph else None
+    calib_data = cal_mod.capture_llm(llm, seqs, max_feeds=max_feeds, progress=progress, start_graph=start)
+    capture_s = time.perf_counter() - t0
+    kv_ranges = _kv_ranges(calib_data, recipe.kv_margin)
+    graphs = list(m.graphs)
+    if start:  # the decode graph once more, calibrated on position 0 only (see runtime/decoder.py)
+        decode = next(g for g in m.graphs if g.kind == "decode")
+        graphs.append(decode.model_copy(update={"name": start}))
+    models, info = _quantize_graphs(src, graphs, recipe, calib_data.feeds, kv_ranges, work, progress)
+    calib_summary = calib_data.summary()
+    calib_data.feeds = {}  # free the captured feeds before evaluation
+    weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
+    float_bytes = (src / m.weights_file).stat().st_size
+    quantization = {
+        "recipe": recipe.name, "recipe_spec": recipe.to_dict(),
+        "activations": recipe.activations,
+        "kv_cache": _kv_record(info, kv_ranges, recipe),
+        "io": info["io"],
+        "weights": {"file": WEIGHTS_FILE, "bytes": weights["bytes"], "float_bytes": float_bytes,
+                    "tensors": info["weights"], "blocked": info["blocked"]},
+        "overrides": info["overrides"],
+        "calibration": {**calib_summary, "files": [str(p) for p in paths], "samples": len(cal_samples),
+                        "decode_steps": steps, "capture_seconds": round(capture_s, 2),
+                        "method": "MinMax", "held_out_every": cal_mod.HOLDOUT_EVERY},
+        "quantize_seconds": info["quantize_seconds"],
+    }
+    new = _finish_manifest(tmp, m, graphs, models, quantization)
+    del models
+    metrics: dict[str, Any] = {}
+    if evaluate and held:
+        eval_seqs = cal_mod.tokenize_samples(llm, cal_mod.pick(held, eval_samples), context,
+                                             eval_tokens or context, prompt_max=context // 2)
+        metrics = compare_llms(llm.decoder, Decoder(tmp), eval_seqs, progress=progress)
+        metrics["held_out_sources"] = sorted({s.source for s in eval_seqs})
+    decode = next(g.name for g in m.graphs if g.kind == "decode")
+    tables = {decode: layer_table(info["ranges"][decode], info["softmax_inputs"], quantization["kv_cache"]["tensors"])}
+    extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes,
+             "calibration": {k: v for k, v in quantization["calibration"].items() if k != "files"}}
+    report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
+    return {"kind": "llm", "recipe": recipe.name, "metrics": metrics, "kv_cache": quantization["kv_cache"],
+            "weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes,
+            "calibration": quantization["calibration"], "report": report}
+
+
+def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, max_feeds, evaluate,
+                       eval_samples) -> dict[str, Any]:
+    from runtime.embedder import Embedder
+
+    emb = Embedder(src)
+    cal_samples, held, paths = cal_mod.calibration_texts(calib, samples, with_generic_chat=False)
+
+    def texts_of(items, short: bool = False):
+        out = []
+        for s in items:  # retrieval embeds short queries as well as passages
+            if s.is_chat:
+                questions = [m_["content"] for m_ in s.messages if m_["role"] == "user"]
+                out += questions
+                if short:  # a word or two: the mean of very few token vectors has the largest norm
+                    out += [" ".join(q.split()[:1 + len(out) % 2]) for q in questions]
+            out.append(s.plain())
+        return out
+
+    texts = texts_of(cal_samples, short=True) + ["hello", "help", "thanks", "ok", "the end", "what?"]
+    t0 = time.perf_counter()
+    calib_data = cal_mod.capture_embedder(emb, texts)
+    capture_s = time.perf_counter() - t0
+    feeds = {g: cal_mod._subsample(f, max_feeds) for g, f in calib_data.feeds.items()}
+    models, info = _quantize_graphs(src, list(m.graphs), recipe, feeds, {}, work, progress)
+    weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
+    float_bytes = (src / m.weights_file).stat().st_size
+    quantization = {
+        "recipe": recipe.name, "recipe_spec": recipe.to_dict(), "activations": recipe.activations,
+        "io": info["io"],
+        "weights": {"file": WEIGHTS_FILE, "bytes": weights["bytes"], "float_bytes": float_bytes,
+                    "tensors": info["weights"], "blocked": info["blocked"]},
+        "overrides": info["overrides"],
+        "calibration": {**calib_data.summary(), "files": [str(p) for p in paths], "samples": len(cal_samples),
+                        "capture_seconds": round(capture_s, 2), "method": "MinMax",
+                        "held_out_every": cal_mod.HOLDOUT_EVERY},
+        "quantize_seconds": info["quantize_seconds"],
+    }
+    new = _finish_manifest(tmp, m, list(m.graphs), models, quantization)
+    metrics: dict[str, Any] = {}
+    if evaluate and held:
+        metrics = compare_embedders(emb, Embedder(tmp), texts_of(cal_mod.pick(held, eval_samples)))
+    graph = m.graphs[0].name
+    tables = {graph: layer_table(info["ranges"][graph], info["softmax_inputs"])}
+    extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes}
+    report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
+    return {"kind": "embedder", "recipe": recipe.name, "metrics": metrics, "weights_bytes": weights["bytes"],
+            "float_weights_bytes": float_bytes, "calibration": quantization["calibration"], "report": report}
+
+
+def format_summary(result: dict[str, Any]) -> str:
+    mt = result.get("metrics") or {}
+    lines = [f"quantized {result['model_dir']} ({result['recipe']}) in {result.get('seconds', '?')} s: weights "
+             f"{result['float_weights_bytes'] / 1e6:.1f} MB -> {result['weights_bytes'] / 1e6:.1f} MB"]
+    if "greedy_agreement" in mt:
+        lines.append(f"  held-out text ({mt['scored_tokens']} tokens, {mt['sequences']} sequences): greedy agreement "
+                     f"{mt['greedy_agreement']:.2%}, logits cosine {mt['logits_cosine']:.5f} (min {mt['logits_cosine_min']:.4f}), "
+                     f"perplexity {mt['perplexity_float']:.3f} -> {mt['perplexity_quantized']:.3f} "
+                     f"({mt['perplexity_change']:+.2%})")
+    if "embedding_cosine" in mt:
+        lines.append(f"  held-out texts ({mt['texts']}): embedding cosine {mt['embedding_cosine']:.5f} "
+                     f"(min {mt['embedding_cosine_min']:.5f})")
+    if result.get("report"):
+        lines.append(f"  report: {', '.join(result['report'])}")
+    return "\n".join(lines)

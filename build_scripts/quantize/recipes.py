@@ -1,0 +1,160 @@
+"""Quantization recipes: what precision each kind of tensor gets, plus per-tensor overrides.
+
+Built in:
+  w8a16  per-channel symmetric int8 on every linear (MatMul) weight, uint16 activations, uint16 KV
+         cache I/O (the default for LLMs)
+  w4a16  block-wise symmetric int4 on every linear weight (blocks of `block_size` along the input
+         dimension: what QNN lowers to LPBQ with enable_block_quant_weight_optimization=1);
+         uint16 activations and KV
+Both keep the token-embedding table and the LM head at 16 bits, per tensor (symmetric int16):
+measured on SmolLM2-135M, a uint8 per-tensor embedding table alone (SNR 30 dB) flipped 11% of the
+greedy tokens and a per-channel int8 LM head alone 4.5%, while int16 per tensor (SNR ~78 dB) is
+lossless. With a tied embedding both uses get the same encoding, so the table is stored once:
+the same bytes as a uint8 table plus an int8 head. (HTP takes an int16 symmetric Gemm weight, not
+a uint16 one.) A recipe file can set `embedding: uint8`, `lm_head: int8` +
+`lm_head_per_channel: true` to trade that accuracy for size on untied models.
+
+A recipe file (JSON) starts from a built-in one and changes fields or adds per-tensor overrides:
+
+    {
+      "base": "w4a16",
+      "block_size": 32,
+      "overrides": {
+        "layers.0.*.weight_t": {"quant_type": "int8"},         # first block's weights at 8 bits
+        "layers.29.*.weight_t": {"quant_type": "int8"},        # ... and the last block's
+        "/layers.*/attn/Softmax/output_0": {"quant_type": "uint16"}
+      }
+    }
+
+Override keys are tensor names or fnmatch patterns (`*`, `?`, `[..]`), matched against the graph's
+initializer names (weights: `layers.<i>.<q|k|v|o|gate|up|down>.weight_t`, `embed`, `lm_head`)
+and activation names (`/layers.<i>/attn/.../output_0`). Values: `quant_type` (uint8, int8,
+uint16, int16, int4, uint4), `symmetric`, `rmin`/`rmax` (activations), `per_channel` (weights;
+default true for linear weights). A weight matched by an override is quantized per channel, not
+in blocks. `RECIPES[name].to_dict()` shows every field of a built-in recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from build_scripts.errors import BuildError
+
+QUANT_TYPES = ("uint8", "int8", "uint16", "int16", "int4", "uint4")
+_OVERRIDE_KEYS = {"quant_type", "symmetric", "rmin", "rmax", "per_channel"}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    activations: str = "uint16"  # default activation type (asymmetric)
+    linear_weights: str = "int8"  # MatMul weights: per-channel symmetric (or blocks, see block_size)
+    block_size: int = 0  # > 0: block-wise linear weights (int4 only) along the input dimension
+    lm_head: str = "int16"  # Gemm (LM head) weight
+    lm_head_per_channel: bool = False  # True: per output row (symmetric); False: per tensor
+    embedding: str = "int16"  # Gather table (token embeddings), per tensor
+    norm_weights: str = "uint16"  # (RMS/Layer)Norm scale and bias, per-tensor asymmetric
+    kv_cache: str = "uint16"  # past_*/new_* graph I/O, one scale per tensor shared by all graphs
+    start_graph: bool = True  # LLMs: position 0 through its own quantized decode graph (massive activations)
+    activation_margin: float = 0.1  # every calibrated activation range widened by this fraction of its span per side
+    kv_margin: float = 0.1  # KV range = calibrated range widened by this fraction of its span on each side
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def matching(self, tensor: str) -> dict[str, Any] | None:
+        """The override for `tensor` (exact name first, then the first matching pattern)."""
+        if tensor in self.overrides:
+            return self.overrides[tensor]
+        for pattern, spec in self.overrides.items():
+            if fnmatch.fnmatchcase(tensor, pattern):
+                return spec
+        return None
+
+
+RECIPES: dict[str, Recipe] = {
+    "w8a16": Recipe("w8a16", description="per-channel symmetric int8 linear weights, int16 embedding/LM head, "
+                                         "uint16 activations, uint16 KV I/O"),
+    "w4a16": Recipe("w4a16", linear_weights="int4", block_size=64,
+                    description="block-wise int4 linear weights (LPBQ on HTP), int16 embedding/LM head, "
+                                "uint16 activations, uint16 KV I/O"),
+}
+
+
+def _check_type(value: Any, where: str) -> str:
+    if value not in QUANT_TYPES:
+        raise BuildError(f"{where}: quant_type {value!r} is not one of {', '.join(QUANT_TYPES)}")
+    return value
+
+
+def _check_overrides(overrides: Any, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(overrides, dict):
+        raise BuildError(f"{where}: 'overrides' must be an object of tensor name/pattern -> settings")
+    out = {}
+    for key, spec in overrides.items():
+        if not isinstance(spec, dict):
+            raise BuildError(f"{where}: override {key!r} must be an object")
+        unknown = set(spec) - _OVERRIDE_KEYS
+        if unknown:
+            raise BuildError(f"{where}: override {key!r} has unknown setting(s) {', '.join(sorted(unknown))} "
+                             f"(allowed: {', '.join(sorted(_OVERRIDE_KEYS))})")
+        if "quant_type" in spec:
+            _check_type(spec["quant_type"], f"{where}: override {key!r}")
+        if ("rmin" in spec) != ("rmax" in spec):
+            raise BuildError(f"{where}: override {key!r} needs both rmin and rmax")
+        out[str(key)] = dict(spec)
+    return out
+
+
+def resolve_recipe(recipe: str | Path | Recipe | dict) -> Recipe:
+    """A Recipe from a built-in name, a JSON recipe file, a dict in the file's format, or a Recipe."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    where = "recipe"
+    if isinstance(recipe, (str, Path)):
+        if str(recipe) in RECIPES:
+            return RECIPES[str(recipe)]
+        path = Path(recipe)
+        if not path.is_file():
+            raise BuildError(f"unknown quantization recipe {str(recipe)!r}: choose from {', '.join(RECIPES)} "
+                             f"or give a JSON recipe file")
+        where = str(path)
+        try:
+            recipe = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise BuildError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(recipe, dict):
+        raise BuildError(f"{where}: a recipe must be a JSON object")
+    spec = dict(recipe)
+    base_name = spec.pop("base", "w8a16")
+    if base_name not in RECIPES:
+        raise BuildError(f"{where}: unknown base recipe {base_name!r} (choose from {', '.join(RECIPES)})")
+    base = RECIPES[base_name]
+    fields = {f.name for f in dataclasses.fields(Recipe)}
+    unknown = set(spec) - fields
+    if unknown:
+        raise BuildError(f"{where}: unknown recipe field(s) {', '.join(sorted(unknown))} "
+                         f"(allowed: base, {', '.join(sorted(fields))})")
+    for key in ("activations", "linear_weights", "lm_head", "embedding", "norm_weights", "kv_cache"):
+        if key in spec:
+            _check_type(spec[key], f"{where}: {key}")
+    if spec.get("kv_cache", "uint16") != "uint16":
+        raise BuildError(f"{where}: only a uint16 KV cache is supported")
+    if "overrides" in spec:
+        spec["overrides"] = {**base.overrides, **_check_overrides(spec["overrides"], where)}
+    block = int(spec.get("block_size", base.block_size))
+    weights = spec.get("linear_weights", base.linear_weights)
+    if block and weights not in ("int4", "uint4"):
+        raise BuildError(f"{where}: block_size needs int4 linear weights (got {weights}); use 0 for per-channel")
+    if block and block % 8:
+        raise BuildError(f"{where}: block_size must be a multiple of 8 (HTP), got {block}")
+    name = spec.pop("name", None) or (f"{base_name}+custom" if spec else base_name)
+    return dataclasses.replace(base, name=name, **spec)
+
