@@ -27,6 +27,8 @@ from onnx import TensorProto, numpy_helper
 from build_scripts.errors import BuildError
 from build_scripts.quantize import quantize_model_dir, resolve_recipe
 from build_scripts.quantize import calibration as cal
+from build_scripts.quantize.gptq import HessianStore
+from build_scripts.quantize.pipeline import prepare_graphs
 from models.manifest import load_manifest
 from runtime.decoder import Decoder
 from runtime.embedder import Embedder
@@ -107,11 +109,13 @@ def test_w8a16_manifest_graphs_and_shared_kv_encoding(w8, tiny_builds):
     # calibration used real text through every graph, held-out metrics were recorded
     c = q["calibration"]
     assert {"aurora_faq.jsonl", "aurora_manual.md", "generic-chat"} <= set(c["sources"])
-    assert all(c["runs"][g.name] > 0 and c["feeds"][g.name] > 0 for g in m.graphs)
+    assert all(c["runs"][g.name] > 0 for g in m.graphs)
     metrics = q["metrics"]
     assert metrics["logits_cosine"] >= 0.995 and metrics["greedy_agreement"] >= 0.9
     assert abs(metrics["perplexity_change"]) < 0.05
     assert m.metrics["quantization"] == metrics
+    assert q["weights"]["tensors"]["layers.1.up.weight_t"]["rounding"] == "gptq"
+    assert q["calibration"]["gptq"]["weights"] == 14 and not q["calibration"]["gptq"]["skipped"]
     report = (d / "quantization.md").read_text()
     assert "Activation ranges per layer" in report and "| 0 |" in report and "| 1 |" in report
     ranges = json.loads((d / "quantization_ranges.json").read_text())
@@ -341,13 +345,22 @@ def test_calibration_text_split_chat_rendering_and_coverage(tiny_builds, tmp_pat
     chat = next(s for s in seqs if s.source == "aurora_faq.jsonl")
     assert llm.tokenizer.decode(chat.prompt, skip_special_tokens=False).startswith("<|im_start|>")
     assert all(len(s.prompt) + len(s.continuation) < llm.context for s in seqs)
-    data = cal.capture_llm(llm, seqs, max_feeds=16)
-    assert all(data.runs[g] > 0 for g in ("prefill_16", "prefill_4", "decode"))
-    assert all(len(f) <= 16 for f in data.feeds.values())
-    starts = [f for f in data.feeds["decode"] if f.length == 0]  # decode from position 0 is covered
-    assert starts and all(np.isfinite([r.lo, r.hi]).all() for r in data.key_ranges + data.value_ranges)
-    full = data.feeds["decode"][-1].materialize()
-    assert full["past_key_0"].shape == (1, 2, 16, 64)
+    # every run of every graph goes through a range collector standing in for the float session
+    graphs = load_manifest(tiny_builds["llama"]).graphs
+    prepared = prepare_graphs(tiny_builds["llama"], graphs, tmp_path)
+    hessians = HessianStore()
+    collectors = {g.name: cal.RangeCollector(prepared[g.name], hessians=hessians,
+                                             hessian_inputs=["/layers.0/attn/rms_norm/output_0"]) for g in graphs}
+    data = cal.capture_llm(llm, seqs, collectors, start_graph="start")
+    assert set(data.runs) == {"prefill_16", "prefill_4", "decode", "start"}
+    assert data.runs["start"] == len(seqs)  # each sequence's first token, alone
+    assert sum(data.runs.values()) > len(seqs) + 16 * 4  # ... and every other run, no sampling
+    lo, hi = data.ranges["decode"]["/layers.0/attn/Softmax/output_0"]
+    assert 0 <= lo < hi <= 1
+    assert all(np.isfinite([r.lo, r.hi]).all() for r in data.key_ranges + data.value_ranges)
+    h = hessians.h["/layers.0/attn/rms_norm/output_0"]
+    assert h.shape == (64, 64) and hessians.rows["/layers.0/attn/rms_norm/output_0"] == sum(
+        len(s.prompt) + len(s.continuation) - 1 for s in seqs)  # real tokens after position 0, no padding
     # --calib: a directory of the user's own text; a missing path is an error
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "notes.txt").write_text("The wipers park when the car is switched off.\n\nSecond paragraph.")
@@ -355,3 +368,29 @@ def test_calibration_text_split_chat_rendering_and_coverage(tiny_builds, tmp_pat
     assert [f.name for f in files] == ["notes.txt"] and own
     with pytest.raises(BuildError, match="no such file"):
         cal.calibration_texts(tmp_path / "missing.md", None)
+
+
+def test_gptq_beats_round_to_nearest_on_the_layer_output():
+    from build_scripts.quantize.gptq import gptq
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2048, 16)) @ rng.standard_normal((16, 64))  # correlated inputs, like real ones
+    x += 0.1 * rng.standard_normal(x.shape)
+    w = rng.standard_normal((64, 48)).astype(np.float32)  # [K, N] as MatMul weights are stored
+    h = x.T @ x
+    for bits, group in ((8, None), (4, 16)):
+        q, scale = gptq(w, h, bits=bits, group=group)
+        qmax = 2 ** (bits - 1) - 1
+        assert q.dtype == np.int8 and q.max() <= qmax and q.min() >= (-qmax - 1 if bits == 4 else -qmax)
+        if group:
+            assert scale.shape == (64 // group, 48)
+            deq = q * np.repeat(scale, group, axis=0)
+            ref_s = np.abs(w.reshape(4, group, 48)).max(axis=1) / qmax
+            rtn = np.clip(np.rint(w / np.repeat(ref_s, group, axis=0)), -qmax - 1, qmax) * np.repeat(ref_s, group, axis=0)
+        else:
+            assert scale.shape == (48,)
+            deq = q * scale[None, :]
+            rtn = np.clip(np.rint(w / scale), -qmax, qmax) * scale  # the same grid, rounded to nearest
+        err_gptq = np.linalg.norm(x @ deq - x @ w)
+        err_rtn = np.linalg.norm(x @ rtn - x @ w)
+        assert err_gptq < 0.8 * err_rtn, (bits, err_gptq, err_rtn)

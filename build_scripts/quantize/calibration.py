@@ -1,4 +1,4 @@
-"""Calibration data from real text, captured from the FLOAT graphs through the runtime.
+"""Calibration from real text, through the FLOAT graphs as the runtime runs them.
 
     text sources (FAQ .jsonl, manuals .md/.txt, a directory of them)
         │  split into samples; every HOLDOUT_EVERY-th sample is held out for the accuracy report
@@ -7,17 +7,18 @@
          model's chat template; prose samples cut into a prompt and a continuation
         │  tokenized with the model's tokenizer.json
         ▼
-    runtime Decoder on the float graphs: the prompt through the prefill buckets (in chunks, the
-    rest through the smallest bucket that holds it), then the continuation teacher-forced one token
-    at a time through the decode graph, so every graph sees real KV contents
-        │  every session.run is recorded (feeds copied: the KV buffers are live)
-        ▼
-    FeedReader per graph (an onnxruntime CalibrationDataReader) + per-layer KV ranges
+    runtime Decoder over the prepared float graphs: the prompt through the prefill buckets (in
+    chunks, the rest through the smallest bucket that holds it), then the continuation
+    teacher-forced one token at a time through the decode graph, so every graph sees real inputs
+    and real KV contents (input_ids, rope tables, masks, caches exactly as the runtime builds them)
+        │  each graph's session is a RangeCollector: the same graph plus ReduceMin/ReduceMax on
+        ▼  every float tensor, so every run of every token contributes to the ranges
+    per graph: calibrated (min, max) of every activation · per layer: KV cache ranges
 
-Embedders: the same texts, tokenized and batched by the runtime Embedder, recorded the same way.
+Embedders: the same texts (and short queries) through the runtime Embedder, the same way.
 
 build_scripts normally stays away from the runtime; calibration is the exception on purpose: the
-feeds must be exactly what the runtime will feed (bucketing, padding, masks, rope tables, cache
+inputs must be exactly what the runtime will feed (bucketing, padding, masks, rope tables, cache
 layout), and the only way to be sure of that is to run the runtime itself.
 """
 
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
-from onnxruntime.quantization import CalibrationDataReader
 
 from build_scripts.errors import BuildError
 
@@ -308,98 +308,105 @@ def tokenize_samples(llm, samples: list[TextSample], context: int, decode_steps:
 
 
 # ------------------------------------------------------------------------------------------------
-# Capturing feeds
+# Collecting activation ranges
 # ------------------------------------------------------------------------------------------------
 
-class CompactFeed:
-    """A captured decoder feed with each KV input cut to its filled slots (what a long context
-    costs otherwise: 30 layers x 2 x a whole cache per run); the empty slots come back as zeros."""
+class RangeCollector:
+    """Stands in for a runtime GraphSession of one prepared float graph: runs an augmented copy
+    (ReduceMin/ReduceMax on every float tensor) and folds each run's ranges into `ranges[key]`.
 
-    __slots__ = ("arrays", "length", "shapes")
+    Every run of the calibration text contributes: a subsample of captured feeds misses the rare
+    token whose MLP product is twice anything else (measured on SmolLM2: a 96-feed sample left a
+    tensor at [-3.7, 4.3] that reached 6.9 on held-out text, cos 0.98 right after it). The
+    augmented model references the prepared graph's weights file, and the session keeps them
+    memory-mapped, so several collectors cost one copy of the weights."""
 
-    def __init__(self, feeds: dict[str, np.ndarray], length: int):
-        self.length = length
-        self.arrays: dict[str, np.ndarray] = {}
-        self.shapes: dict[str, tuple] = {}
-        for k, v in feeds.items():
-            if k.startswith("past_key_"):
-                self.arrays[k], self.shapes[k] = np.array(v[..., :length], copy=True), v.shape
-            elif k.startswith("past_value_"):
-                self.arrays[k], self.shapes[k] = np.array(v[:, :, :length, :], copy=True), v.shape
+    def __init__(self, prepared: Path, threads: int | None = None, hessians=None,
+                 hessian_inputs: Sequence[str] = ()):
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        model = onnx.load(str(prepared), load_external_data=False)
+        g = model.graph
+        inits = {t.name for t in g.initializer}
+        types = {v.name: v.type.tensor_type.elem_type for v in (*g.value_info, *g.input, *g.output)}
+        self.output_names = [o.name for o in g.output]
+        self.input_names = [i.name for i in g.input]
+        tensors = []
+        for n in g.node:
+            for t in (*n.input, *n.output):
+                if t and t not in inits and types.get(t) == TensorProto.FLOAT and t not in tensors:
+                    tensors.append(t)
+        self.tensors = tensors
+        # GPTQ: the inputs of the linear layers come out as they are, for Xᵀ X (positions >= 1 only:
+        # the start graph's massive-activation token would dominate a Hessian shared by all graphs)
+        self.hessians = hessians
+        self.hessian_inputs = [t for t in hessian_inputs if t in set(tensors)] if hessians is not None else []
+        for t in self.hessian_inputs:
+            g.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
+        for i, t in enumerate(tensors):
+            for op in ("ReduceMin", "ReduceMax"):
+                out = f"{t}__{op}"
+                g.node.append(helper.make_node(op, [t], [out], name=f"hexrag_calib_{op}_{i}", keepdims=0))
+                g.output.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, []))
+        path = prepared.with_name(prepared.stem + ".augmented.onnx")
+        onnx.save(model, str(path))  # same directory: the weights stay in the prepared data file
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.add_session_config_entry("session.disable_prepacking", "1")
+        so.intra_op_num_threads = threads or 0
+        self.session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        self._names = [o.name for o in self.session.get_outputs()]
+        self.ranges: dict[str, dict[str, list[float]]] = {}
+        self.runs: dict[str, int] = {}
+
+    def run(self, feeds: dict[str, np.ndarray], key: str = "main") -> dict[str, np.ndarray]:
+        values = self.session.run(None, feeds)
+        n = len(self.output_names)
+        if self.hessian_inputs and key == "main":
+            real = _real_rows(feeds)
+            for j, t in enumerate(self.hessian_inputs):
+                self.hessians.add(t, values[n + j], real)
+        first = n + len(self.hessian_inputs)
+        acc = self.ranges.setdefault(key, {})
+        for i in range(first, len(values), 2):
+            t = self.tensors[(i - first) // 2]
+            lo, hi = float(values[i]), float(values[i + 1])
+            r = acc.get(t)
+            if r is None:
+                acc[t] = [lo, hi]
             else:
-                self.arrays[k] = np.array(v, copy=True)
-
-    def materialize(self) -> dict[str, np.ndarray]:
-        out = {}
-        for k, a in self.arrays.items():
-            if k in self.shapes:
-                full = np.zeros(self.shapes[k], a.dtype)
-                if k.startswith("past_key_"):
-                    full[..., :self.length] = a
-                else:
-                    full[:, :, :self.length, :] = a
-                out[k] = full
-            else:
-                out[k] = a
-        return out
+                r[0], r[1] = min(r[0], lo), max(r[1], hi)
+        self.runs[key] = self.runs.get(key, 0) + 1
+        return dict(zip(self.output_names, values[:n]))
 
 
-class _Reservoir:
-    """Keeps at most `cap` feeds of a stream, a uniform sample (seeded reservoir sampling), with a
-    quarter of the places reserved for runs at the first positions of the context: they are few,
-    and their activations are extreme (attention over one or two tokens)."""
-
-    EARLY = 4  # positions < EARLY count as early
-
-    def __init__(self, cap: int | None, seed: int = 0):
-        self.cap = cap
-        self.early_cap = max(cap // 4, 1) if cap else None
-        self.rng = np.random.default_rng(seed)
-        self.pools: dict[bool, list] = {True: [], False: []}
-        self.seen = {True: 0, False: 0}
-        self.runs = 0
-
-    def offer(self, position: int, make) -> None:
-        """`make()` builds the feed to keep; it is only called when the feed is kept."""
-        self.runs += 1
-        early = position < self.EARLY and self.cap is not None
-        pool = self.pools[early]
-        cap = None if self.cap is None else (self.early_cap if early else self.cap - self.early_cap)
-        n = self.seen[early]
-        self.seen[early] += 1
-        if cap is None or len(pool) < cap:
-            pool.append(make())
-        else:
-            j = int(self.rng.integers(0, n + 1))
-            if j < cap:
-                pool[j] = make()
-
-    def items(self) -> list:
-        return self.pools[True] + self.pools[False]
+def _real_rows(feeds: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Which flattened token rows are real: decoder prefill chunks are left-padded (a padded row
+    sees none of the new tokens), embedder batches are right-padded (attention_mask 0)."""
+    mask = feeds.get("attention_mask")
+    if mask is None:
+        return None
+    if mask.ndim == 4:  # decoder [1, 1, S, C+S], additive
+        s = mask.shape[2]
+        return (mask[0, 0, :, -s:] == 0).any(axis=1)
+    return mask.reshape(-1) != 0
 
 
-class _Recorder:
-    """Wraps a runtime GraphSession: runs it and offers a copy of every feed to a reservoir
-    (decoder: compact feeds tagged with the cache length; runs at position 0 go to `start` when
-    given) or appends it to a list (embedder)."""
+class _Adapter:
+    """What the runtime's Decoder/Embedder call `.run(feeds)` on: a RangeCollector, with runs at
+    position 0 of a decode graph filed under "start" when the model gets a start graph."""
 
-    def __init__(self, session, store, position=None, start=None):
-        self.session = session
-        self.store = store
-        self.start = start
-        self.position = position  # callable: the cache length at the time of the run
-        self.output_names = session.output_names
-        self.input_names = session.input_names
+    def __init__(self, collector: RangeCollector, position=None):
+        self.collector = collector
+        self.position = position
+        self.output_names = collector.output_names
+        self.input_names = collector.input_names
 
     def run(self, feeds):
-        out = self.session.run(feeds)
-        if self.position is not None:
-            pos = self.position()
-            target = self.start if (pos == 0 and self.start is not None) else self.store
-            target.offer(pos, lambda: CompactFeed(feeds, pos))
-        else:
-            self.store.append({k: np.array(v, copy=True) for k, v in feeds.items()})
-        return out
+        key = "start" if self.position is not None and self.position() == 0 else "main"
+        return self.collector.run(feeds, key)
 
 
 @dataclass
@@ -415,48 +422,33 @@ class KVRange:
 
 @dataclass
 class LLMCalibration:
-    feeds: dict[str, list[dict[str, np.ndarray]]]  # graph name -> captured feeds
+    ranges: dict[str, dict[str, tuple[float, float]]]  # graph name -> tensor -> calibrated (min, max)
+    runs: dict[str, int]  # graph name -> runs over the calibration text
     key_ranges: list[KVRange]  # per layer, over every cached key row of every sequence
     value_ranges: list[KVRange]
     sequences: int
     tokens: int  # tokens fed in total
     sources: list[str]
-    runs: dict[str, int] = field(default_factory=dict)  # graph name -> runs seen (feeds kept: a sample)
 
     def summary(self) -> dict:
-        return {"sequences": self.sequences, "tokens": self.tokens, "sources": self.sources,
-                "runs": self.runs, "feeds": {g: len(f) for g, f in self.feeds.items()}}
+        return {"sequences": self.sequences, "tokens": self.tokens, "sources": self.sources, "runs": self.runs}
 
 
-def _subsample(items: list, limit: int | None) -> list:
-    if limit is None or len(items) <= limit:
-        return items
-    idx = np.linspace(0, len(items) - 1, limit).round().astype(int)
-    return [items[i] for i in dict.fromkeys(idx.tolist())]
-
-
-def capture_llm(llm, sequences: list[TokenSequence], max_feeds: int | None = 96,
+def capture_llm(llm, sequences: list[TokenSequence], collectors: dict[str, RangeCollector],
                 progress: bool = False, start_graph: str | None = None) -> LLMCalibration:
-    """Run `sequences` through `llm`'s float graphs (a runtime.llm.LLM on the CPU) and record
-    every graph's feeds and the per-layer KV ranges. `max_feeds` caps the feeds kept per graph
-    (a seeded uniform sample, a quarter of it runs at position 0) to bound calibration time and
-    memory; kept feeds store only the filled part of the KV cache.
+    """Run `sequences` through `llm`'s Decoder (a runtime.llm.LLM on the CPU) with each graph's
+    session replaced by its RangeCollector (keyed by graph name), and track per-layer KV ranges.
 
-    `start_graph`: the name under which to record the position-0 runs separately, as the runtime
-    runs them on a quantized model with a start graph: the first token alone (through the decode
-    graph), so no other graph ever sees position 0."""
+    `start_graph`: the name under which to file the position-0 runs, as the runtime runs them on a
+    quantized model with a start graph: the first token alone through the decode graph, so no
+    other graph ever sees position 0."""
     from tqdm import tqdm
 
     dec = llm.decoder
-    m = dec.manifest
-    by_seq = {g.seq: g.name for g in m.graphs}
-    store = {name: _Reservoir(max_feeds, seed=i) for i, name in enumerate(by_seq.values())}
-    if start_graph:
-        store[start_graph] = _Reservoir(max_feeds, seed=len(store))
+    names = {g.seq: g.name for g in dec.manifest.graphs}
     original = dec.sessions
-    dec.sessions = {seq: _Recorder(sess, store[by_seq[seq]], position=lambda: dec.cache.length,
-                                   start=store[start_graph] if start_graph and seq == 1 else None)
-                    for seq, sess in original.items()}
+    dec.sessions = {seq: _Adapter(collectors[names[seq]], (lambda: dec.cache.length) if start_graph and seq == 1 else None)
+                    for seq in original}
     keys = [KVRange() for _ in range(dec.n_layers)]
     values = [KVRange() for _ in range(dec.n_layers)]
     tokens = 0
@@ -464,7 +456,7 @@ def capture_llm(llm, sequences: list[TokenSequence], max_feeds: int | None = 96,
         for seq in tqdm(sequences, desc="calibration", unit="seq", disable=not progress, leave=False):
             dec.reset()
             if start_graph:
-                dec._run(seq.prompt[:1], 1)  # the first token alone through the decode graph
+                dec._run(seq.prompt[:1], 1)  # what a quantized Decoder does: the first token alone
                 if len(seq.prompt) > 1:
                     dec.feed(seq.prompt[1:])
             else:
@@ -479,56 +471,27 @@ def capture_llm(llm, sequences: list[TokenSequence], max_feeds: int | None = 96,
     finally:
         dec.sessions = original
         dec.reset()
-    missing = [name for name, r in store.items() if not r.runs]
+    ranges, runs = {}, {}
+    for seq, name in names.items():
+        c = collectors[name]
+        for key, graph in (("main", name), ("start", start_graph)):
+            if key in c.ranges and graph:
+                ranges[graph] = {t: (lo, hi) for t, (lo, hi) in c.ranges[key].items()}
+                runs[graph] = c.runs[key]
+    wanted = [*names.values(), *([start_graph] if start_graph else [])]
+    missing = [g for g in wanted if not runs.get(g)]
     if missing:
         raise BuildError(f"calibration never ran graph(s) {', '.join(missing)}: give more or longer calibration "
                          f"text (--calib) or a larger sample count")
-    feeds = {name: r.items() for name, r in store.items()}
-    return LLMCalibration(feeds, keys, values, len(sequences), tokens, sorted({s.source for s in sequences}),
-                          {name: r.runs for name, r in store.items()})
+    return LLMCalibration(ranges, runs, keys, values, len(sequences), tokens, sorted({s.source for s in sequences}))
 
 
-@dataclass
-class EmbedderCalibration:
-    feeds: dict[str, list[dict[str, np.ndarray]]]
-    texts: int
-
-    def summary(self) -> dict:
-        return {"texts": self.texts, "feeds": {g: len(f) for g, f in self.feeds.items()}}
-
-
-def capture_embedder(embedder, texts: list[str]) -> EmbedderCalibration:
-    """Run `texts` through a runtime Embedder (float graph) and record its feeds."""
-    graph = embedder.manifest.graph("embed").name
-    store: list = []
+def capture_embedder(embedder, texts: list[str], collector: RangeCollector) -> dict[str, tuple[float, float]]:
+    """Run `texts` through a runtime Embedder with its session replaced by `collector`."""
     original = embedder.session
-    embedder.session = _Recorder(original, store)
+    embedder.session = _Adapter(collector)
     try:
         embedder.embed(texts)
     finally:
         embedder.session = original
-    return EmbedderCalibration({graph: store}, len(texts))
-
-
-class FeedReader(CalibrationDataReader):
-    """An onnxruntime CalibrationDataReader over captured feeds (restartable with `rewind`)."""
-
-    def __init__(self, feeds: list[dict[str, np.ndarray]], input_names: Sequence[str] | None = None):
-        self.feeds = feeds
-        self.input_names = list(input_names) if input_names else None
-        self._i = 0
-
-    def get_next(self):
-        if self._i >= len(self.feeds):
-            return None
-        f = self.feeds[self._i]
-        self._i += 1
-        if isinstance(f, CompactFeed):
-            f = f.materialize()
-        return {k: f[k] for k in self.input_names} if self.input_names else f
-
-    def rewind(self) -> None:
-        self._i = 0
-
-    def __len__(self) -> int:
-        return len(self.feeds)
+    return {t: (lo, hi) for t, (lo, hi) in collector.ranges["main"].items()}

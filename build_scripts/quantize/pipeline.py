@@ -1,6 +1,6 @@
 """`quantize_model_dir`: a float model directory in, a quantized model directory out.
 
-    float dir ─► calibration feeds (real text through the float graphs, runtime Decoder/Embedder)
+    float dir ─► prepare ─► activation ranges (real text through the prepared float graphs, run by the runtime)
               ─► per graph: prepare ─► plan (recipe + pinned KV ranges) ─► QDQ quantize ─► blocks ─► KV I/O uint16
               ─► one shared weights file ─► manifest (graphs' I/O, quantization) ─► accuracy on held-out text
               ─► report (metrics + activation ranges per layer)
@@ -31,6 +31,7 @@ from onnx import numpy_helper
 from build_scripts.errors import BuildError
 from build_scripts.quantize import calibration as cal_mod
 from build_scripts.quantize import qdq
+from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
 from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest
@@ -95,47 +96,134 @@ def _kv_ranges(calib: cal_mod.LLMCalibration, margin: float) -> dict[str, tuple[
     return out
 
 
-def _quantize_graphs(src: Path, graphs: list[GraphSpec], recipe: Recipe, feeds: dict[str, list], kv_ranges: dict,
-                     work: Path, progress: bool) -> tuple[dict[str, onnx.ModelProto], dict[str, Any]]:
-    """Quantize each graph (GraphSpec.file: the float source in `src`) with its own feeds."""
+def prepare_graphs(src: Path, graphs: list[GraphSpec], work: Path) -> dict[str, Path]:
+    """Prepared float graphs in `work`, all referencing one weights file; graph name -> path
+    (graphs built from the same source file share one prepared graph)."""
+    by_file: dict[str, onnx.ModelProto] = {}
+    for g in graphs:
+        if g.file not in by_file:
+            by_file[g.file] = qdq.prepare(onnx.load(str(src / g.file)))
+    qdq.externalize(by_file, work / "prepared.data")
+    paths = {}
+    for file, model in by_file.items():
+        paths[file] = work / f"{Path(file).stem}.prep.onnx"
+        onnx.save(model, str(paths[file]))
+    return {g.name: paths[g.file] for g in graphs}
+
+
+def _gptq_targets(prepared: Path, recipe: Recipe) -> dict[str, tuple[str, int, int | None]]:
+    """Linear weights GPTQ rounds: weight -> (its input tensor, bits, block size or None)."""
+    if recipe.rounding != "gptq" or recipe.linear_weights not in ("int8", "int4"):
+        return {}
+    model = onnx.load(str(prepared), load_external_data=False)
+    inits = {t.name: t for t in model.graph.initializer}
+    roles = qdq.weight_roles(model)
+    bits = 8 if recipe.linear_weights == "int8" else 4
+    out = {}
+    for n in model.graph.node:
+        w = n.input[1] if n.op_type == "MatMul" and len(n.input) > 1 else None
+        if w in roles and roles[w][0] == "linear" and recipe.matching(w) is None:
+            k = inits[w].dims[0]
+            block = recipe.block_size if recipe.block_size and k % recipe.block_size == 0 else None
+            out[w] = (n.input[0], bits, block)
+    return out
+
+
+def _apply_gptq(prepared: Path, targets: dict, hessians, progress: bool) -> dict[str, Any]:
+    """GPTQ every target weight. Per-channel results are written back into the prepared weights
+    file (the quantizer then rounds them onto the same grid exactly, given the scales); block
+    results are kept as (q, scale) for apply_blocks."""
     from tqdm import tqdm
 
-    models, info = {}, {"io": {}, "weights": {}, "overrides": {}, "blocked": {}, "kv_pinned": {}, "ranges": {}, "encoded": {},
-                        "softmax_inputs": set(), "quantize_seconds": {}}
+    from build_scripts.quantize.gptq import gptq
+
+    model = onnx.load(str(prepared), load_external_data=False)
+    offsets: dict[tuple, int] = {}
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            key = tuple(sorted((e.key, e.value) for e in t.external_data))
+            offsets[key] = offsets.get(key, 0) + 1
+    out: dict[str, Any] = {"per_channel": {}, "blocks": {}, "skipped": []}
+    start = time.perf_counter()
+    for w, (x, bits, block) in tqdm(targets.items(), desc="gptq", unit="weight", disable=not progress, leave=False):
+        if x not in hessians.h:
+            out["skipped"].append(w)
+            continue
+        weight = qdq.read_initializers(prepared, [w])[w]
+        q, scale = gptq(weight, hessians.h[x] / max(hessians.rows[x], 1), bits=bits, group=block)
+        if block:
+            out["blocks"][w] = (q, scale)
+            continue
+        where = qdq.initializer_location(prepared, w)
+        t = next(t for t in model.graph.initializer if t.name == w)
+        if where is None or offsets[tuple(sorted((e.key, e.value) for e in t.external_data))] > 1:
+            out["skipped"].append(w)  # inline or shared bytes: leave it to round-to-nearest
+            continue
+        path, offset, length = where
+        data = (q.astype(np.float32) * scale[None, :].astype(np.float32)).astype(np.float32)
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            f.write(data.tobytes())
+        out["per_channel"][w] = scale.astype(np.float32)
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    return out
+
+
+def _quantize_graphs(graphs: list[GraphSpec], prepared: dict[str, Path], ranges: dict[str, dict], recipe: Recipe,
+                     kv_ranges: dict, work: Path, progress: bool,
+                     rounded: dict[str, Any] | None = None) -> tuple[dict[str, onnx.ModelProto], dict[str, Any]]:
+    """Quantize each prepared graph with its calibrated ranges (`rounded`: GPTQ results)."""
+    from tqdm import tqdm
+
+    models, info = {}, {"io": {}, "weights": {}, "overrides": {}, "blocked": {}, "kv_pinned": {}, "ranges": {},
+                        "score_tensors": set(), "quantize_seconds": {}}
     for g in tqdm(graphs, desc="quantize", unit="graph", disable=not progress, leave=False):
         start = time.perf_counter()
-        model = qdq.prepare(onnx.load(str(src / g.file)))
+        model = onnx.load(str(prepared[g.name]), load_external_data=False)
         plan = qdq.build_plan(model, recipe, kv_ranges)
-        float_weights = {n: numpy_helper.to_array(t) for t in model.graph.initializer
-                         for n in [t.name] if n in plan.blocked}
-        info["softmax_inputs"] |= {n.input[0] for n in model.graph.node if n.op_type == "Softmax"}
-        prepared = work / f"{g.name}.prep.onnx"
-        onnx.save(model, str(prepared), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=f"{g.name}.prep.data", size_threshold=qdq.INLINE_BYTES)
+        for w, scale in (rounded or {}).get("per_channel", {}).items():
+            if w in plan.overrides:  # the GPTQ grid: the quantizer must not recompute the scales
+                qt = plan.overrides[w][0]["quant_type"]
+                plan.overrides[w] = [{"quant_type": qt, "axis": 1, "scale": np.float32(sc), "zero_point": 0}
+                                     for sc in scale]
+                plan.weights[w]["rounding"] = "gptq"
+        for w in (rounded or {}).get("blocks", {}):
+            if w in plan.weights:
+                plan.weights[w]["rounding"] = "gptq"
+        producers = {o: n for n in model.graph.node for o in n.output}
+        for n in model.graph.node:  # attention scores: the Softmax input before the additive mask
+            if n.op_type == "Softmax":
+                p = producers.get(n.input[0])
+                info["score_tensors"].add(p.input[0] if p is not None and p.op_type == "Add" else n.input[0])
         del model
-        quantized = work / f"{g.name}.q.onnx"
-        reader = cal_mod.FeedReader(feeds[g.name], [t.name for t in g.inputs])
-        calibrated = qdq.quantize_graph(prepared, quantized, reader, plan, recipe, work)
-        q = onnx.load(str(quantized))
+        out = work / f"{g.name}.q.onnx"
+        qdq.quantize_graph(prepared[g.name], out, ranges[g.name], plan, recipe, work)
+        q = onnx.load(str(out))
         if plan.blocked:
-            qdq.apply_blocks(q, float_weights, plan.blocked)
+            qdq.apply_blocks(q, qdq.read_initializers(prepared[g.name], plan.blocked), plan.blocked,
+                             (rounded or {}).get("blocks"))
         io = qdq.boundary_params(q)
         io.update(qdq.kv_io_to_uint16(q))
         encoded = qdq.activation_encodings(q)
-        info["ranges"][g.name] = {t: (*calibrated[t], encoded[t][2]) for t in encoded if t in calibrated}
-        info["encoded"][g.name] = encoded
+        info["ranges"][g.name] = {t: (*ranges[g.name][t], encoded[t][2]) for t in encoded if t in ranges[g.name]}
         del q.graph.value_info[:]  # stale float types of renamed tensors; ONNX Runtime re-infers
         models[g.name] = q
         info["io"][g.name] = io
         info["weights"].update(plan.weights)
         info["blocked"].update(plan.blocked)
         info["kv_pinned"][g.name] = plan.kv_pinned
-        for t, spec in plan.user.items():
-            info["overrides"][t] = spec
+        info["overrides"].update(plan.user)
         info["quantize_seconds"][g.name] = round(time.perf_counter() - start, 2)
-        for p in work.glob(f"{g.name}.*"):
+        for p in work.glob(f"{g.name}.q.onnx*"):
             p.unlink()
     return models, info
+
+
+def _gptq_summary(rounded: dict | None) -> dict | None:
+    if not rounded:
+        return None
+    return {"weights": len(rounded["per_channel"]) + len(rounded["blocks"]), "skipped": rounded["skipped"],
+            "seconds": rounded["seconds"]}
 
 
 def _kv_record(info: dict, kv_ranges: dict, recipe: Recipe) -> dict[str, Any]:
@@ -160,7 +248,7 @@ def _kv_record(info: dict, kv_ranges: dict, recipe: Recipe) -> dict[str, Any]:
 def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict = "w8a16",
                        calib: str | Path | list | None = None, samples: int | None = 64,
                        out: str | Path | None = None, progress: bool = True, decode_steps: int | None = None,
-                       max_feeds: int | None = 96, evaluate: bool = True, eval_samples: int | None = None,
+                       evaluate: bool = True, eval_samples: int | None = None,
                        eval_tokens: int | None = None) -> dict[str, Any]:
     """Quantize a float model directory (LLM or embedder) with real calibration text.
 
@@ -171,7 +259,6 @@ def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict
     samples       calibration samples (texts) to use (None: all)
     out           None: replace `model_dir` by the quantized build; a path: write it there
     decode_steps  teacher-forced decode steps per calibration sample (default min(32, context/4))
-    max_feeds     captured feeds kept per graph (evenly subsampled)
     evaluate      measure accuracy vs float on the held-out samples (eval_samples of them,
                   eval_tokens continuation tokens each, default up to the context)
     Returns a summary (also recorded in the manifest's `quantization` field).
@@ -187,10 +274,10 @@ def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict
         work = Path(work_dir)
         _copy_support_files(src, m, tmp)
         if m.kind == "llm":
-            result = _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps, max_feeds,
+            result = _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps,
                                    evaluate, eval_samples, eval_tokens)
         else:
-            result = _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, max_feeds,
+            result = _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress,
                                         evaluate, eval_samples)
         result["seconds"] = round(time.perf_counter() - start, 1)
         result["model_dir"] = str(dest)
@@ -229,7 +316,7 @@ def _record_metrics(tmp: Path, new: Manifest, metrics: dict, tables: dict, range
     return [p.name for p in written]
 
 
-def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps, max_feeds, evaluate,
+def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps, evaluate,
                   eval_samples, eval_tokens) -> dict[str, Any]:
     from runtime.decoder import Decoder
     from runtime.llm import LLM
@@ -241,18 +328,26 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
     seqs = cal_mod.tokenize_samples(llm, cal_samples, context, steps, buckets=llm.decoder.buckets)
     if not seqs:
         raise BuildError("no calibration sequences: the calibration text is empty")
-    t0 = time.perf_counter()
     start = START_GRAPH if recipe.start_graph else None
-    calib_data = cal_mod.capture_llm(llm, seqs, max_feeds=max_feeds, progress=progress, start_graph=start)
-    capture_s = time.perf_counter() - t0
-    kv_ranges = _kv_ranges(calib_data, recipe.kv_margin)
     graphs = list(m.graphs)
     if start:  # the decode graph once more, calibrated on position 0 only (see runtime/decoder.py)
         decode = next(g for g in m.graphs if g.kind == "decode")
         graphs.append(decode.model_copy(update={"name": start}))
-    models, info = _quantize_graphs(src, graphs, recipe, calib_data.feeds, kv_ranges, work, progress)
+    prepared = prepare_graphs(src, graphs, work)
+    t0 = time.perf_counter()
+    targets = _gptq_targets(prepared[m.graphs[0].name], recipe)
+    hessians = HessianStore() if targets else None
+    inputs = sorted({x for x, _, _ in targets.values()})
+    collectors = {g.name: cal_mod.RangeCollector(prepared[g.name], hessians=hessians, hessian_inputs=inputs)
+                  for g in m.graphs}
+    calib_data = cal_mod.capture_llm(llm, seqs, collectors, progress=progress, start_graph=start)
+    del collectors
+    capture_s = time.perf_counter() - t0
+    rounded = _apply_gptq(prepared[m.graphs[0].name], targets, hessians, progress) if targets else None
+    del hessians
+    kv_ranges = _kv_ranges(calib_data, recipe.kv_margin)
+    models, info = _quantize_graphs(graphs, prepared, calib_data.ranges, recipe, kv_ranges, work, progress, rounded)
     calib_summary = calib_data.summary()
-    calib_data.feeds = {}  # free the captured feeds before evaluation
     weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
     float_bytes = (src / m.weights_file).stat().st_size
     quantization = {
@@ -265,6 +360,7 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
         "overrides": info["overrides"],
         "calibration": {**calib_summary, "files": [str(p) for p in paths], "samples": len(cal_samples),
                         "decode_steps": steps, "capture_seconds": round(capture_s, 2),
+                        "gptq": _gptq_summary(rounded),
                         "method": "MinMax", "held_out_every": cal_mod.HOLDOUT_EVERY},
         "quantize_seconds": info["quantize_seconds"],
     }
@@ -277,7 +373,7 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
         metrics = compare_llms(llm.decoder, Decoder(tmp), eval_seqs, progress=progress)
         metrics["held_out_sources"] = sorted({s.source for s in eval_seqs})
     decode = next(g.name for g in m.graphs if g.kind == "decode")
-    tables = {decode: layer_table(info["ranges"][decode], info["softmax_inputs"], quantization["kv_cache"]["tensors"])}
+    tables = {decode: layer_table(info["ranges"][decode], info["score_tensors"], quantization["kv_cache"]["tensors"])}
     extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes,
              "calibration": {k: v for k, v in quantization["calibration"].items() if k != "files"}}
     report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
@@ -286,7 +382,7 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
             "calibration": quantization["calibration"], "report": report}
 
 
-def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, max_feeds, evaluate,
+def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, evaluate,
                        eval_samples) -> dict[str, Any]:
     from runtime.embedder import Embedder
 
@@ -305,11 +401,18 @@ def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, max_
         return out
 
     texts = texts_of(cal_samples, short=True) + ["hello", "help", "thanks", "ok", "the end", "what?"]
+    graphs = list(m.graphs)
+    prepared = prepare_graphs(src, graphs, work)
     t0 = time.perf_counter()
-    calib_data = cal_mod.capture_embedder(emb, texts)
+    targets = _gptq_targets(prepared[graphs[0].name], recipe)
+    hessians = HessianStore() if targets else None
+    collector = cal_mod.RangeCollector(prepared[graphs[0].name], hessians=hessians,
+                                       hessian_inputs=sorted({x for x, _, _ in targets.values()}))
+    ranges = cal_mod.capture_embedder(emb, texts, collector)
+    del collector
     capture_s = time.perf_counter() - t0
-    feeds = {g: cal_mod._subsample(f, max_feeds) for g, f in calib_data.feeds.items()}
-    models, info = _quantize_graphs(src, list(m.graphs), recipe, feeds, {}, work, progress)
+    rounded = _apply_gptq(prepared[graphs[0].name], targets, hessians, progress) if targets else None
+    models, info = _quantize_graphs(graphs, prepared, {graphs[0].name: ranges}, recipe, {}, work, progress, rounded)
     weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
     float_bytes = (src / m.weights_file).stat().st_size
     quantization = {
@@ -318,7 +421,8 @@ def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, max_
         "weights": {"file": WEIGHTS_FILE, "bytes": weights["bytes"], "float_bytes": float_bytes,
                     "tensors": info["weights"], "blocked": info["blocked"]},
         "overrides": info["overrides"],
-        "calibration": {**calib_data.summary(), "files": [str(p) for p in paths], "samples": len(cal_samples),
+        "calibration": {"texts": len(texts), "files": [str(p) for p in paths], "samples": len(cal_samples),
+                        "gptq": _gptq_summary(rounded),
                         "capture_seconds": round(capture_s, 2), "method": "MinMax",
                         "held_out_every": cal_mod.HOLDOUT_EVERY},
         "quantize_seconds": info["quantize_seconds"],
@@ -328,7 +432,7 @@ def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, max_
     if evaluate and held:
         metrics = compare_embedders(emb, Embedder(tmp), texts_of(cal_mod.pick(held, eval_samples)))
     graph = m.graphs[0].name
-    tables = {graph: layer_table(info["ranges"][graph], info["softmax_inputs"])}
+    tables = {graph: layer_table(info["ranges"][graph], info["score_tensors"])}
     extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes}
     report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
     return {"kind": "embedder", "recipe": recipe.name, "metrics": metrics, "weights_bytes": weights["bytes"],

@@ -254,45 +254,32 @@ def build_plan(model: onnx.ModelProto, recipe: Recipe, kv_ranges: dict[str, tupl
 # 3. Quantize
 # ------------------------------------------------------------------------------------------------
 
-def quantize_graph(prepared: Path, out: Path, reader, plan: Plan, recipe: Recipe,
-                   work: Path | None = None) -> dict[str, tuple[float, float]]:
-    """onnxruntime's QDQ quantizer with QNN's compatibility config.
+def quantize_graph(prepared: Path, out: Path, ranges: dict[str, tuple[float, float]], plan: Plan, recipe: Recipe,
+                   work: Path | None = None) -> None:
+    """onnxruntime's QDQ quantizer with QNN's compatibility config, on calibrated `ranges`.
 
-    Calibration runs first on its own (MinMax over the captured feeds); every range is then
-    widened by `recipe.activation_margin` of its span on each side and handed to the quantizer as
-    its calibration cache. MinMax alone clips whatever the calibration text did not reach
-    (short texts, the first positions of a context); 16-bit grids have levels to spare.
-    Returns the calibrated (unwidened) ranges."""
+    Every range is widened by `recipe.activation_margin` of its span on each side and handed to
+    the quantizer as its calibration cache (no data reader: the ranges were collected over the
+    whole calibration text already). MinMax still clips whatever the text never reached; 16-bit
+    grids have levels to spare for the margin."""
     from onnxruntime.quantization import CalibrationMethod, quantize_static
-    from onnxruntime.quantization.calibrate import TensorData, TensorsData, create_calibrator, save_tensors_data
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
     work = work or prepared.parent
+    m = recipe.activation_margin
+    widened = {name: TensorData(lowest=np.float32(lo - m * (hi - lo)), highest=np.float32(hi + m * (hi - lo)))
+               for name, (lo, hi) in ranges.items()}
+    cache = work / f"{prepared.stem}.calibration.json"
+    save_tensors_data(TensorsData(CalibrationMethod.MinMax, widened), cache)
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer warns about "pre-processing" through the root logger
     try:
-        config = get_qnn_qdq_config(str(prepared), reader, calibrate_method=CalibrationMethod.MinMax,
+        config = get_qnn_qdq_config(str(prepared), None, calibrate_method=CalibrationMethod.MinMax,
                                     activation_type=quant_type(recipe.activations),
                                     weight_type=quant_type("int8"), init_overrides=plan.overrides)
-        calibrator = create_calibrator(prepared, config.op_types_to_quantize,
-                                       augmented_model_path=str(work / f"{prepared.stem}.augmented.onnx"),
-                                       calibrate_method=CalibrationMethod.MinMax, use_external_data_format=True)
-        calibrator.collect_data(reader)
-        ranges = calibrator.compute_data()
-        del calibrator
-        raw, widened = {}, {}
-        m = recipe.activation_margin
-        for name, td in ranges.items():
-            lo, hi = (float(np.asarray(v).min()) if i == 0 else float(np.asarray(v).max())
-                      for i, v in enumerate(td.range_value))
-            raw[name] = (lo, hi)
-            span = hi - lo
-            widened[name] = TensorData(lowest=np.float32(lo - m * span), highest=np.float32(hi + m * span))
-        cache = work / f"{prepared.stem}.calibration.json"
-        save_tensors_data(TensorsData(CalibrationMethod.MinMax, widened), cache)
-        reader.rewind()
-        quantize_static(str(prepared), str(out), reader, calibrate_method=CalibrationMethod.MinMax,
+        quantize_static(str(prepared), str(out), None, calibrate_method=CalibrationMethod.MinMax,
                         quant_format=config.quant_format, activation_type=config.activation_type,
                         weight_type=config.weight_type, op_types_to_quantize=config.op_types_to_quantize,
                         nodes_to_quantize=config.nodes_to_quantize, nodes_to_exclude=config.nodes_to_exclude,
@@ -301,7 +288,6 @@ def quantize_graph(prepared: Path, out: Path, reader, plan: Plan, recipe: Recipe
                         extra_options=config.extra_options, calibration_cache_path=str(cache))
     finally:
         root.setLevel(level)
-    return raw
 
 
 # ------------------------------------------------------------------------------------------------
@@ -335,9 +321,39 @@ def block_quantize(weight: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarr
     return q, scale
 
 
-def apply_blocks(model: onnx.ModelProto, float_weights: dict[str, np.ndarray], blocked: dict[str, int]) -> int:
+def initializer_location(path: Path, name: str) -> tuple[Path, int, int] | None:
+    """(data file, offset, length) of an external initializer of a graph file."""
+    model = onnx.load(str(path), load_external_data=False)
+    for t in model.graph.initializer:
+        if t.name == name and t.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            return path.parent / info["location"], int(info.get("offset", 0)), int(info["length"])
+    return None
+
+
+def read_initializers(path: Path, names) -> dict[str, np.ndarray]:
+    """Float initializers of a graph file by name, read from its external data without loading the rest."""
+    model = onnx.load(str(path), load_external_data=False)
+    out = {}
+    for t in model.graph.initializer:
+        if t.name not in names:
+            continue
+        if t.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            with open(path.parent / info["location"], "rb") as f:
+                f.seek(int(info.get("offset", 0)))
+                raw = f.read(int(info["length"]))
+            out[t.name] = np.frombuffer(raw, np.float32).reshape(tuple(t.dims))
+        else:
+            out[t.name] = numpy_helper.to_array(t)
+    return out
+
+
+def apply_blocks(model: onnx.ModelProto, float_weights: dict[str, np.ndarray], blocked: dict[str, int],
+                 rounded: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> int:
     """Replace the per-channel DQ of each blocked weight with a block-wise int4 DQ
-    (axis 0 = the input dimension, block_size attribute, scale [K/B, N], no zero point)."""
+    (axis 0 = the input dimension, block_size attribute, scale [K/B, N], no zero point).
+    `rounded`: precomputed (q, scale) per weight (GPTQ); others are rounded to nearest here."""
     g = model.graph
     inits = _initializers(g)
     done = 0
@@ -348,7 +364,11 @@ def apply_blocks(model: onnx.ModelProto, float_weights: dict[str, np.ndarray], b
         if name not in blocked:
             continue
         block = blocked[name]
-        q, scale = block_quantize(float_weights[name], block)
+        if rounded and name in rounded:
+            q, scale = rounded[name]
+            scale = scale.astype(np.float32)
+        else:
+            q, scale = block_quantize(float_weights[name], block)
         for old in node.input[1:]:
             if old in inits:
                 g.initializer.remove(inits.pop(old))

@@ -61,6 +61,7 @@ class Recipe:
     norm_weights: str = "uint16"  # (RMS/Layer)Norm scale and bias, per-tensor asymmetric
     kv_cache: str = "uint16"  # past_*/new_* graph I/O, one scale per tensor shared by all graphs
     start_graph: bool = True  # LLMs: position 0 through its own quantized decode graph (massive activations)
+    rounding: str = "gptq"  # linear weights: "gptq" (error-compensating, calibration Hessians) or "nearest"
     activation_margin: float = 0.1  # every calibrated activation range widened by this fraction of its span per side
     kv_margin: float = 0.1  # KV range = calibrated range widened by this fraction of its span on each side
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -145,6 +146,8 @@ def resolve_recipe(recipe: str | Path | Recipe | dict) -> Recipe:
     for key in ("activations", "linear_weights", "lm_head", "embedding", "norm_weights", "kv_cache"):
         if key in spec:
             _check_type(spec[key], f"{where}: {key}")
+    if spec.get("rounding", base.rounding) not in ("gptq", "nearest"):
+        raise BuildError(f"{where}: rounding must be 'gptq' or 'nearest'")
     if spec.get("kv_cache", "uint16") != "uint16":
         raise BuildError(f"{where}: only a uint16 KV cache is supported")
     if "overrides" in spec:

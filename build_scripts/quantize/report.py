@@ -82,7 +82,7 @@ def compare_embedders(float_emb, quant_emb, texts: list[str]) -> dict[str, Any]:
 _COLUMNS = [
     ("attn_norm", r"/attn/rms_norm/output_0$|/attn_norm|layer_norm/output_0$"),
     ("q", r"/attn/q/output_0$"), ("k", r"/attn/k/output_0$"), ("v", r"/attn/v/output_0$"),
-    ("scores", r"/attn/Add_\d+/output_0$"),  # refined below: the Add feeding Softmax
+    ("scores", None),  # the attention scores before the mask (given by the caller)
     ("attn_out", r"/attn/o/output_0$"), ("resid_attn", r"/attn/residual/output_0$"),
     ("mlp_norm", r"/mlp/rms_norm/output_0$"), ("gate", r"/mlp/gate/output_0$"), ("up", r"/mlp/up/output_0$"),
     ("act", r"/mlp/(silu|Gelu)/output_0$"), ("down", r"/mlp/down/output_0$"), ("resid_mlp", r"/mlp/residual/output_0$"),
@@ -90,10 +90,10 @@ _COLUMNS = [
 _LAYER = re.compile(r"^/layers\.(\d+)/")
 
 
-def layer_table(encodings: dict[str, tuple[float, float, str]], softmax_inputs: set[str],
+def layer_table(encodings: dict[str, tuple[float, float, str]], score_tensors: set[str],
                 kv: dict[str, dict] | None = None) -> tuple[list[str], list[list[str]]]:
-    """Rows per layer: the largest |value| each tensor kind can represent (its calibrated range),
-    the widest tensor of the layer, and the pinned KV ranges."""
+    """Rows per layer: the largest absolute value each tensor kind reached in calibration, the
+    widest tensor of the layer, and the pinned KV ranges."""
     layers: dict[int, dict[str, float]] = {}
     widest: dict[int, tuple[float, str]] = {}
     for name, (lo, hi, _) in encodings.items():
@@ -107,7 +107,7 @@ def layer_table(encodings: dict[str, tuple[float, float, str]], softmax_inputs: 
             widest[i] = (amax, name[len(m.group(0)):])
         for col, pat in _COLUMNS:
             if col == "scores":
-                if name in softmax_inputs:
+                if name in score_tensors:
                     row[col] = max(row.get(col, 0.0), amax)
                     break
                 continue
@@ -115,7 +115,7 @@ def layer_table(encodings: dict[str, tuple[float, float, str]], softmax_inputs: 
                 row[col] = max(row.get(col, 0.0), amax)
                 break
     cols = [c for c, _ in _COLUMNS if any(c in r for r in layers.values())]
-    header = ["layer", *[f"|{c}|" for c in cols], "widest tensor"]
+    header = ["layer", *cols, "widest tensor"]
     if kv:
         header += ["key range", "value range"]
     rows = []
@@ -144,7 +144,10 @@ def write_report(path: Path, title: str, metrics: dict[str, Any], tables: dict[s
     md += ["", "## Build", ""] + [f"- {k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in extra.items()]
     for name, (header, rows) in tables.items():
         md += ["", f"## Activation ranges per layer: {name}", "",
-               "Largest |value| each tensor's quantization grid covers (MinMax over the calibration feeds).", "",
+               "Largest absolute value of each tensor kind over every calibration run (MinMax; the "
+               "quantization grids add the recipe's activation margin). Columns: RMSNorm outputs, "
+               "q/k/v/o projections, attention scores before the mask, residual stream after "
+               "attention and after the MLP, MLP gate/up/activation/down.", "",
                markdown_table(header, rows)]
     out_md = path.with_suffix(".md")
     out_md.write_text("\n".join(md) + "\n")
@@ -169,10 +172,8 @@ def _plot(path: Path, tables) -> Path | None:
     name, (header, rows) = next(iter(tables.items()))
     fig, ax = plt.subplots(figsize=(10, 5))
     for j, col in enumerate(header[1:-1]):
-        if not col.startswith("|"):
-            continue
         ys = [float(r[j + 1]) if r[j + 1] else np.nan for r in rows]
-        ax.plot([int(r[0]) for r in rows], ys, marker="o", label=col.strip("|"))
+        ax.plot([int(r[0]) for r in rows], ys, marker="o", label=col)
     ax.set_yscale("log")
     ax.set_xlabel("layer")
     ax.set_ylabel("max |activation|")
