@@ -22,6 +22,7 @@ from build_scripts.errors import BuildError
 from build_scripts.fetch import PACKAGED, fetch
 from build_scripts.gguf_tokenizer import GGUFTokenizer, save_tokenizer, tokenizer_from_gguf_metadata
 from build_scripts.graph.bert import build_bert_graph
+from build_scripts.graph.blocks import CPU_RECIPES, BlockRecipe
 from build_scripts.graph.builder import WeightStore
 from build_scripts.graph.decoder import build_decoder_graph
 from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
@@ -104,8 +105,12 @@ def _save_graph(tmp: Path, model: onnx.ModelProto, file: str) -> None:
 
 
 def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill: tuple[int, ...] = (128,),
-              name: str | None = None, progress: bool = True) -> Manifest:
+              name: str | None = None, progress: bool = True, quant: str = "none") -> Manifest:
+    """`quant`: "none" (float graphs: the HTP input, quantized later by build_scripts.quantize) or
+    a CPU recipe of graph/blocks.py ("int4", "int8": MatMulNBits graphs for the CPU backend)."""
     out = Path(out)
+    if quant != "none" and quant not in CPU_RECIPES:
+        raise BuildError(f"unknown --quant {quant!r} for a graph build (choose from none, {', '.join(CPU_RECIPES)})")
     model = load_weights(resolve_weights(weights))
     cfg = model.config
     if not isinstance(cfg, DecoderConfig):
@@ -116,6 +121,7 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
     if not buckets or buckets[-1] < 1 or buckets[0] > context:
         raise BuildError(f"--prefill sizes {list(prefill)} must be between 1 and the context ({context})")
     tok = _tokenizer(model)
+    blocks = BlockRecipe(quant, model.weights) if quant != "none" else None
     with _staging(out) as tmp:
         tok_info = save_tokenizer(tok, tmp)
         store = WeightStore(tmp / WEIGHTS_FILE)
@@ -124,7 +130,7 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
             for i, n in enumerate([*buckets, 1]):
                 kind, file = ("decode", "decode.onnx") if n == 1 else ("prefill", f"prefill_{n}.onnx")
                 graph = build_decoder_graph(Path(file).stem, store, model.weights, cfg, n, context,
-                                            progress=progress and i == 0)
+                                            progress=progress and i == 0, blocks=blocks)
                 _save_graph(tmp, graph, file)
                 graphs.append(_graph_spec(graph, kind, file, n))
         finally:
@@ -135,6 +141,8 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
             mask_value=MASK_VALUE, graphs=graphs, weights_file=WEIGHTS_FILE,
             tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
         )
+        if blocks is not None:
+            manifest.quantization = blocks.summary()
         return _finish(tmp, manifest)
 
 

@@ -34,9 +34,11 @@ class Decoder:
         self.context: int = m.context
         self.mask_value = np.float32(m.mask_value)
         paths = graph_paths(self.dir, m, backend)
-        # on the CPU only the decode graph gets packed weights: it runs every token (packing bought
-        # 25% there), while prefill barely gains from it and each packed copy costs a full set of weights
-        self.sessions = {g.seq: GraphSession(paths[g.name], backend, threads, prepack=g.kind == "decode")
+        # float graphs on the CPU: only the decode graph gets packed weights: it runs every token
+        # (packing bought 25% there), while prefill barely gains from it and each packed copy costs a
+        # full set of weights. MatMulNBits graphs always pack: their integer kernels need it
+        blocks = (m.quantization or {}).get("format") == "MatMulNBits"
+        self.sessions = {g.seq: GraphSession(paths[g.name], backend, threads, prepack=blocks or g.kind == "decode")
                          for g in m.graphs if g.name != START_GRAPH}
         self.start_session = next((GraphSession(paths[g.name], backend, threads, prepack=False)
                                    for g in m.graphs if g.name == START_GRAPH), None)
@@ -47,6 +49,9 @@ class Decoder:
                                    dtype=self.kv_dtype, fill=fill)
         self._cos, self._sin = rotary_tables(np.arange(self.context), arch["head_dim"], arch["rope_theta"])
         self.tokens: list[int] = []  # what the cache holds, in order
+        # every graph's inputs and outputs, allocated once; the KV inputs are the cache itself
+        self.io = {g.seq: _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
+        self._bindings: dict[int, tuple] = {}  # id(session) -> (session, its binding)
 
     @property
     def vocab(self) -> int:
@@ -90,25 +95,52 @@ class Decoder:
     def _run(self, chunk: list[int], seq: int, session=None) -> np.ndarray:
         n, pos, c = len(chunk), self.cache.length, self.context
         pad = seq - n
-        ids = np.zeros((1, seq), np.int32)
+        io = self.io[seq]
+        ids, mask = io.inputs["input_ids"], io.inputs["attention_mask"]
+        ids[0, :pad] = 0
         ids[0, pad:] = chunk
         positions = np.full(seq, pos, np.int64)
         positions[pad:] = np.arange(pos, pos + n)
-        mask = np.full((1, 1, seq, c + seq), self.mask_value, np.float32)
+        np.take(self._cos, positions, axis=0, out=io.inputs["rope_cos"][0, 0])
+        np.take(self._sin, positions, axis=0, out=io.inputs["rope_sin"][0, 0])
+        mask.fill(self.mask_value)
         mask[..., :pos] = 0.0  # every row sees the filled cache slots
         causal = np.tril(np.ones((n, n), bool))
         mask[0, 0, pad:, c + pad:][causal] = 0.0  # real rows see real new tokens up to themselves
-        feeds = {"input_ids": ids, "rope_cos": self._cos[positions][None, None], "rope_sin": self._sin[positions][None, None],
-                 "attention_mask": mask}
-        for i in range(self.n_layers):
-            feeds[f"past_key_{i}"] = self.cache.keys[i]
-            feeds[f"past_value_{i}"] = self.cache.values[i]
-        out = (session or self.sessions[seq]).run(feeds)
+        out = self._execute(session or self.sessions[seq], io)
         for i in range(self.n_layers):
             self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
         self.cache.advance(n)
         self.tokens.extend(chunk)
-        return out["logits"][0, 0]
+        return out["logits"][0, 0].copy()  # the buffer is overwritten by the next step
+
+    def _execute(self, session, io: "_StepBuffers") -> dict[str, np.ndarray]:
+        """Run through the session's I/O binding (made on first use, then reused: a step creates no
+        tensors); a stand-in without `bind` (calibration, tests) gets plain feeds."""
+        if not hasattr(session, "bind"):
+            return session.run(io.inputs)
+        entry = self._bindings.get(id(session))
+        if entry is None or entry[0] is not session:
+            entry = self._bindings[id(session)] = (session, session.bind(io.inputs, io.outputs))
+        session.run_bound(entry[1])
+        return io.outputs
+
+
+class _StepBuffers:
+    """One graph's inputs and outputs as host arrays, allocated once at load: the KV inputs are
+    the cache's own buffers, the rest is filled in place every step."""
+
+    def __init__(self, graph, cache: StaticKVCache):
+        self.inputs: dict[str, np.ndarray] = {}
+        for t in graph.inputs:
+            kind, _, layer = t.name.rpartition("_")
+            if kind == "past_key":
+                self.inputs[t.name] = cache.keys[int(layer)]
+            elif kind == "past_value":
+                self.inputs[t.name] = cache.values[int(layer)]
+            else:
+                self.inputs[t.name] = np.zeros(t.shape, t.dtype)
+        self.outputs = {t.name: np.zeros(t.shape, t.dtype) for t in graph.outputs}
 
 
 def _kv_layout(m, n_layers: int) -> tuple[np.dtype, list[tuple[int, int]] | None]:

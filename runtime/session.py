@@ -110,6 +110,26 @@ class GraphSession:
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self.output_names, self._session.run(self.output_names, feeds)))
 
+    def bind(self, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> ort.IOBinding:
+        """Bind preallocated host arrays to the graph's inputs and outputs, once: `run_bound` then
+        reads the inputs where they are and writes the outputs into their arrays, so a step creates
+        no tensors. The arrays must stay alive (and in place) as long as the binding is used."""
+        binding = self._session.io_binding()
+        for name in self.input_names:
+            binding.bind_input(name, "cpu", 0, *_buffer(name, inputs[name]))
+        for name in self.output_names:
+            binding.bind_output(name, "cpu", 0, *_buffer(name, outputs[name]))
+        return binding
+
+    def run_bound(self, binding: ort.IOBinding) -> None:
+        self._session.run_with_iobinding(binding)
+
     @property
     def providers(self) -> list[str]:
         return self._session.get_providers()
+
+
+def _buffer(name: str, a: np.ndarray) -> tuple:
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{name}: a bound array must be C-contiguous")
+    return a.dtype, list(a.shape), a.ctypes.data

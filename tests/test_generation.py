@@ -112,11 +112,21 @@ def test_cancellation_stops_within_one_step(tiny_llm):
 
 
 def test_kv_buffers_are_never_reallocated(tiny_llm):
-    cache = tiny_llm.decoder.cache
-    addresses = [a.ctypes.data for a in cache.keys + cache.values]
-    tiny_llm.generate(list(range(3, 40)), max_new_tokens=20).run()
+    dec = tiny_llm.decoder
+    cache = dec.cache
+
+    def buffers():
+        step = [a for io in dec.io.values() for a in (*io.inputs.values(), *io.outputs.values())]
+        return [a.ctypes.data for a in cache.keys + cache.values + step]
+
+    addresses = buffers()
+    tiny_llm.generate(list(range(3, 39)), max_new_tokens=20).run()  # 16 + 16 + 4, then decode
+    bindings = dict(dec._bindings)
+    assert len(bindings) == len(dec.sessions)  # every graph ran through its I/O binding
     tiny_llm.generate([4, 5, 6], max_new_tokens=5).run()
-    assert [a.ctypes.data for a in cache.keys + cache.values] == addresses
+    assert buffers() == addresses and dec._bindings == bindings  # bound once, never rebound
+    # the KV inputs the graphs read are the cache's own buffers, not copies
+    assert all(dec.io[1].inputs[f"past_key_{i}"] is cache.keys[i] for i in range(dec.n_layers))
 
 
 def test_streamed_deltas_are_utf8_safe(smollm_build):

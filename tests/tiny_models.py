@@ -151,13 +151,15 @@ def permute_qk_for_gguf(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, tied: bool = True,
-                    qtype: str = "F32") -> dict[str, np.ndarray]:
-    """Write a llama.cpp-style GGUF of the tiny decoder; returns the HF-layout weights."""
+                    qtype: str = "F32", embed_qtype: str | None = None) -> dict[str, np.ndarray]:
+    """Write a llama.cpp-style GGUF of the tiny decoder; returns the HF-layout weights.
+    `embed_qtype`: the token embedding's own type (SmolLM2's Q4_1 file keeps it Q8_0)."""
     import gguf
 
     qtype = qtype.upper()
     file_types = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
-                  "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+                  "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+                  "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1}
     if qtype not in file_types:
         raise ValueError(f"qtype must be one of {list(file_types)}")
     hf = tiny_decoder_weights(arch, seed, tied)
@@ -190,18 +192,18 @@ def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, tied: 
     wr.add_chat_template(CHAT_TEMPLATE)
     wr.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
-    def put(name: str, arr: np.ndarray) -> None:
+    def put(name: str, arr: np.ndarray, kind: str = qtype) -> None:
         # llama.cpp keeps 1-D tensors (norms, biases) in F32 whatever the file type
         arr = np.ascontiguousarray(arr, dtype=np.float32)
-        if arr.ndim == 1 or qtype == "F32":
+        if arr.ndim == 1 or kind == "F32":
             wr.add_tensor(name, arr)
-        elif qtype == "F16":
+        elif kind == "F16":
             wr.add_tensor(name, arr.astype(np.float16))
         else:
-            q = gguf.GGMLQuantizationType.Q8_0
+            q = gguf.GGMLQuantizationType[kind]
             wr.add_tensor(name, gguf.quants.quantize(arr, q), raw_dtype=q)
 
-    put("token_embd.weight", hf["model.embed_tokens.weight"])
+    put("token_embd.weight", hf["model.embed_tokens.weight"], embed_qtype or qtype)
     for i in range(N_LAYER):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         put(b + "attn_norm.weight", hf[p + "input_layernorm.weight"])

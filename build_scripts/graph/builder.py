@@ -57,9 +57,11 @@ class WeightStore:
 
 
 class GraphBuilder:
-    def __init__(self, name: str, store: WeightStore | None = None):
+    def __init__(self, name: str, store: WeightStore | None = None, blocks=None):
         self.name = name
         self.store = store
+        self.blocks = blocks  # a blocks.BlockRecipe: linear layers as MatMulNBits (the CPU target)
+        self._block_sums: dict[tuple[str, int], str] = {}
         self.nodes: list[onnx.NodeProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
@@ -123,6 +125,16 @@ class GraphBuilder:
             self.initializers.append(self.store.tensor(name, make))
             self._weights.add(name)
         return name
+
+    def block_sums(self, x: str, k: int, block: int) -> str:
+        """Σ of x [.., K] over each block of `block` inputs, as rows [M, K/block] (M: all leading
+        positions), once per tensor: q, k and v share theirs."""
+        key = (x, block)
+        if key not in self._block_sums:
+            with self.scope("block_sums"):
+                shaped = self.node("Reshape", [x, self.ints(-1, k // block, block)])
+                self._block_sums[key] = self.node("ReduceSum", [shaped, self.ints(-1)], keepdims=0)
+        return self._block_sums[key]
 
     # ---- result -------------------------------------------------------------------------
     def model(self, doc: str = "") -> onnx.ModelProto:

@@ -11,6 +11,7 @@ C cache slots so the host binds one preallocated buffer per layer to every graph
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 from tqdm import tqdm
@@ -18,7 +19,8 @@ from tqdm import tqdm
 from build_scripts.config import DecoderConfig
 from build_scripts.graph.attention import StepShapes, decoder_attention
 from build_scripts.graph.builder import GraphBuilder, WeightStore
-from build_scripts.graph.linear import rms_norm
+from build_scripts.graph.blocks import BlockRecipe
+from build_scripts.graph.linear import block_matmul, rms_norm
 from build_scripts.graph.mlp import gated_silu_mlp
 from build_scripts.weights.loaders import Weights
 from models.contract import decoder_io
@@ -27,13 +29,18 @@ _ELEM = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "uint16": Ten
 
 
 def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderConfig, seq: int,
-                        context: int, progress: bool = False) -> onnx.ModelProto:
+                        context: int, progress: bool = False, blocks: BlockRecipe | None = None) -> onnx.ModelProto:
+    """`blocks`: the CPU target's block recipe (linear layers and LM head as MatMulNBits)."""
     io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context)
-    b = GraphBuilder(name, store)
+    b = GraphBuilder(name, store, blocks)
     inp = {t.name: b.input(t.name, _ELEM[t.dtype], t.shape) for t in io.inputs}
     shapes = StepShapes(seq=seq, context=context)
 
-    h = b.node("Gather", [b.weight("embed", lambda: w["embed"]), inp["input_ids"]], axis=0, name="embed")
+    if blocks is None:
+        h = b.node("Gather", [b.weight("embed", lambda: w["embed"]), inp["input_ids"]], axis=0, name="embed")
+    else:  # one row per token is read: float16 halves the table for free
+        table = b.weight("embed.f16", lambda: w["embed"].astype(np.float16))
+        h = b.node("Cast", [b.node("Gather", [table, inp["input_ids"]], axis=0, name="embed")], to=TensorProto.FLOAT)
     mask = inp["attention_mask"]
     if cfg.kv_groups > 1:
         # rows of the folded GQA scores are (group, position): repeat the mask once per group
@@ -58,7 +65,10 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
             h = b.node("Slice", [h, b.ints(seq - 1), b.ints(seq), b.ints(1)], name="last_position")
         h = b.node("Reshape", [rms_norm(b, h, w, "norm", cfg.rms_eps), b.ints(1, cfg.hidden)])
         head = "embed" if cfg.tied_embeddings else "lm_head"
-        logits = b.node("Gemm", [h, b.weight(head, lambda: w[head])], transB=1, name="lm_head")
+        if blocks is None:
+            logits = b.node("Gemm", [h, b.weight(head, lambda: w[head])], transB=1, name="lm_head")
+        else:
+            logits = block_matmul(b, h, head)
         logits = b.node("Reshape", [logits, b.ints(1, 1, cfg.vocab)])
     # logits go first among the outputs, as readers expect
     b.output(logits, "logits", TensorProto.FLOAT, io.output("logits").shape)

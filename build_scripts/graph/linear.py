@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from build_scripts.graph.builder import GraphBuilder
+from build_scripts.graph.blocks import ACCURACY_LEVEL
+from build_scripts.graph.builder import MS_DOMAIN, GraphBuilder
 from build_scripts.weights.loaders import Weights
 
 
@@ -16,12 +17,44 @@ def linear(b: GraphBuilder, x: str, w: Weights, name: str, scale: float = 1.0,
         x ──MatMul(Wᵀ·scale)──(+ bias·scale)──►
 
     Weights are stored transposed ([in, out]) so MatMul needs no Transpose; `scale` folds a
-    constant factor (attention's 1/√d) into the weights instead of adding a Mul node.
+    constant factor (attention's 1/√d) into the weights instead of adding a Mul node. With a
+    block recipe (the CPU target) the weight is block-quantized instead: see block_matmul.
     """
-    wt = b.weight(f"{name}.weight_t", _scaled(lambda: w[name].T, scale))
-    y = b.node("MatMul", [x, wt], name=name.rsplit(".", 1)[-1])
+    if b.blocks is not None:
+        y = block_matmul(b, x, name, scale)
+    else:
+        wt = b.weight(f"{name}.weight_t", _scaled(lambda: w[name].T, scale))
+        y = b.node("MatMul", [x, wt], name=name.rsplit(".", 1)[-1])
     if bias:
         y = b.node("Add", [y, b.weight(f"{name}.bias", _scaled(lambda: w[f"{name}_bias"], scale))])
+    return y
+
+
+def block_matmul(b: GraphBuilder, x: str, name: str, scale: float = 1.0) -> str:
+    """
+        x ──MatMulNBits(codes, scales, zero points)──(+ block_sums(x)·minsᵀ)──►
+
+    The weight's blocks are shared by every graph of the model; the min term exists only for
+    GGUF types with a per-block min (Q4_1, Q4_K), see graph/blocks.py.
+    """
+    made = []
+
+    def blocks():
+        if not made:
+            made.append(b.blocks.make(name, scale))
+        return made[0]
+
+    inputs = [x, b.weight(f"{name}.codes", lambda: blocks().codes), b.weight(f"{name}.scales", lambda: blocks().scales)]
+    bits, block, n, k, has_zero, has_mins = b.blocks.shapes[name]  # set once any graph made the blocks
+    if has_zero:
+        inputs.append(b.weight(f"{name}.zero_points", lambda: blocks().packed_zero_points()))
+    short = name.rsplit(".", 1)[-1]
+    y = b.node("MatMulNBits", inputs, domain=MS_DOMAIN, name=short,
+               K=k, N=n, bits=bits, block_size=block, accuracy_level=ACCURACY_LEVEL)
+    if has_mins:
+        sums = b.block_sums(x, k, block)
+        y = b.node("Add", [y, b.node("MatMul", [sums, b.weight(f"{name}.mins_t", lambda: blocks().mins.T.copy())],
+                                     name=f"{short}_mins")])
     return y
 
 

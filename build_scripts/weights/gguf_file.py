@@ -99,6 +99,12 @@ class GGUFFile:
                     f"(supported: {', '.join(sorted(q.name for q in SUPPORTED_TYPES))})"
                 )
 
+    def raw(self, name: str) -> tuple[str, np.ndarray]:
+        """(type name, the stored bytes as uint8 rows [N, row bytes]) for quantized tensors; float
+        tensors come back as their float rows."""
+        t = self._tensors[name]
+        return t.tensor_type.name, t.data
+
     def tensor(self, name: str) -> np.ndarray:
         """Dequantized float32 array in numpy (row-major, GGUF dims reversed) order."""
         t = self._tensors.get(name)

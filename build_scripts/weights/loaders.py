@@ -94,10 +94,12 @@ class Weights:
     """Lazy canonical-name view over a weight source; tensors are read (and dequantized) on access."""
 
     def __init__(self, names: dict[str, str], read: Callable[[str], np.ndarray],
-                 fixups: dict[str, Callable[[np.ndarray], np.ndarray]] | None = None):
+                 fixups: dict[str, Callable[[np.ndarray], np.ndarray]] | None = None,
+                 raw: Callable[[str], tuple[str, np.ndarray]] | None = None):
         self._names = names  # only names present in the source
         self._read = read
         self._fixups = fixups or {}
+        self._raw = raw
 
     def __contains__(self, name: str) -> bool:
         return name in self._names
@@ -114,6 +116,15 @@ class Weights:
         arr = self._read(self._names[name])
         fix = self._fixups.get(name)
         return fix(arr) if fix else arr
+
+    def stored(self, name: str) -> tuple[str, np.ndarray | None]:
+        """How the source stores `name`: (GGUF type name, its raw rows [N, row bytes] with the same
+        row fixups as the float view) for GGUF, ("float", None) otherwise."""
+        if self._raw is None or name not in self._names:
+            return "float", None
+        qtype, rows = self._raw(self._names[name])
+        fix = self._fixups.get(name)
+        return qtype, (fix(rows) if fix else rows)
 
 
 @dataclass
@@ -179,7 +190,7 @@ def load_gguf(path: Path) -> LoadedModel:
         for i in range(cfg.n_layers):
             fixups[f"layers.{i}.q"] = fixups[f"layers.{i}.q_bias"] = _unpermute_rope(cfg.n_heads)
             fixups[f"layers.{i}.k"] = fixups[f"layers.{i}.k_bias"] = _unpermute_rope(cfg.n_kv_heads)
-    model = LoadedModel(cfg, Weights(names, gguf.tensor, fixups), path, "gguf", [path], gguf.metadata)
+    model = LoadedModel(cfg, Weights(names, gguf.tensor, fixups, gguf.raw), path, "gguf", [path], gguf.metadata)
     _check_complete(model)
     return model
 

@@ -1,0 +1,105 @@
+"""The CPU target (`hexrag build llm --quant int4|int8`): GGUF blocks mapped bit-exactly onto
+MatMulNBits, re-quantization for the rest, and the built graphs against the numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize, quantize as gguf_quantize
+
+from build_scripts.build import build_llm
+from build_scripts.errors import BuildError
+from build_scripts.graph import blocks
+from models.manifest import load_manifest
+from tests import tiny_models as tm
+from tests.reference import RefDecoder
+from tests.test_decoder_graphs import cosine, run_greedy
+
+
+def _raw_kquant(qtype: T, rows: int, rng) -> np.ndarray:
+    """Random K-quant rows (2 super-blocks of 256 each) with sane float16 scales."""
+    layout = blocks._LAYOUTS[qtype.name]
+    b = np.frombuffer(rng.integers(0, 256, rows * 2 * layout.itemsize, dtype=np.uint8).tobytes(), layout).copy()
+    b["d"] = rng.uniform(0.001, 0.01, b.shape).astype(np.float16)
+    if "dmin" in layout.names:
+        b["dmin"] = rng.uniform(0.001, 0.01, b.shape).astype(np.float16)
+    return b.view(np.uint8).reshape(rows, -1)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q6_K])
+def test_gguf_blocks_map_exactly(qtype):
+    rng = np.random.default_rng(0)
+    if qtype in (T.Q4_K, T.Q6_K):
+        raw = _raw_kquant(qtype, 6, rng)
+    else:
+        raw = gguf_quantize(rng.standard_normal((6, 96)).astype(np.float32), qtype)
+    bw = blocks.from_gguf(qtype.name, raw)
+    expected = dequantize(raw, qtype).reshape(raw.shape[0], -1)
+    np.testing.assert_allclose(bw.dequantize(), expected, rtol=1e-6, atol=1e-7)
+    assert bw.origin == f"gguf {qtype.name} (exact)" and bw.bits == (8 if qtype in (T.Q8_0, T.Q6_K) else 4)
+    # a folded constant (attention's 1/sqrt(d)) scales the whole weight, mins included
+    np.testing.assert_allclose(bw.scaled(0.25).dequantize(), expected * 0.25, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_requantized_blocks_are_round_to_nearest(bits):
+    w = np.random.default_rng(1).standard_normal((8, 80)).astype(np.float32)  # K pads to 96
+    bw = blocks.quantize(w, bits, origin="F32")
+    err = np.abs(bw.dequantize() - w).reshape(8, -1)
+    per_block = np.repeat(bw.scales, 32, axis=1)[:, :80]
+    assert (err <= per_block / 2 + 1e-6).all()  # never off by more than half a step
+    assert bw.codes.shape == (8, 3, 32 * bits // 8) and (bw.zero_points is None) == (bits == 8)
+
+
+@pytest.fixture(scope="module")
+def q4_sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("q4_sources")
+    # SmolLM2's packaging: linear layers Q4_1, the (tied) embedding Q8_0; and a plain Q4_0 file
+    tm.write_tiny_gguf(root / "q41.gguf", seed=11, qtype="Q4_1", embed_qtype="Q8_0")
+    tm.write_tiny_gguf(root / "q40.gguf", seed=12, tied=False, qtype="Q4_0")
+    return root
+
+
+@pytest.mark.parametrize("name,exact", [("q41", {"gguf Q4_1 (exact)": 14, "gguf Q8_0 (exact)": 1}),
+                                        ("q40", {"gguf Q4_0 (exact)": 15})])
+def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp_path, name, exact):
+    src = q4_sources / f"{name}.gguf"
+    out = tmp_path / name
+    build_llm(src, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
+    m = load_manifest(out)
+    assert m.quantization["recipe"] == "int4" and m.quantization["weights"] == exact
+    graph = onnx.load(str(out / "decode.onnx"), load_external_data=False)
+    ops = [n.op_type for n in graph.graph.node]
+    assert ops.count("MatMulNBits") == 7 * tm.N_LAYER + 1  # every linear layer and the LM head
+    assert not any(t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2 and min(t.dims) >= tm.HIDDEN
+                   for t in graph.graph.initializer if not t.name.endswith(("mins_t", "scales")))
+    prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
+    tokens, logits = run_greedy(out, prompt, 8)
+    expected = RefDecoder.from_gguf(src).logits(tokens)
+    # the weights are the file's own; what differs is MatMulNBits' int8 activations (accuracy level 4)
+    for step, got in enumerate(logits):
+        c = cosine(got, expected[len(prompt) - 1 + step])
+        assert c >= 0.995, f"step {step}: cosine {c:.5f}"
+
+
+def test_int8_and_float_sources(tiny_sources, tmp_path):
+    # an HF float source has no blocks to keep: int4 re-quantizes; int8 stays close to float
+    # (random weights are the worst case for 4 bits: no outliers to spare, every block full range)
+    for quant, floor in (("int8", 0.999), ("int4", 0.95)):
+        out = tmp_path / quant
+        build_llm(tiny_sources["qwen2"], out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant=quant)
+        origins = load_manifest(out).quantization["weights"]
+        assert all(o.startswith("re-quantized from float") for o in origins)
+        prompt = [int(t) for t in np.random.default_rng(3).integers(3, 290, size=9)]
+        tokens, logits = run_greedy(out, prompt, 4)
+        expected = RefDecoder.from_hf(tiny_sources["qwen2"]).logits(tokens)
+        worst = min(cosine(got, expected[len(prompt) - 1 + i]) for i, got in enumerate(logits))
+        assert worst >= floor, (quant, worst)
+
+
+def test_unknown_cpu_quantization_is_refused(tiny_sources, tmp_path):
+    with pytest.raises(BuildError, match="unknown --quant 'int3'"):
+        build_llm(tiny_sources["llama"], tmp_path / "x", context=32, prefill=(4,), progress=False, quant="int3")
+    assert not (tmp_path / "x").exists()
