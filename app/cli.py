@@ -9,14 +9,17 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import click
 
+from app.cli_bench import BENCH_COMMANDS
 from app.cli_chat import CHAT_COMMANDS, stream_answer
 from app.cli_common import friendly as _friendly
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
+from models.manifest import load_manifest
 
 @contextlib.contextmanager
 def _native_stdout_to_stderr():
@@ -120,21 +123,72 @@ def compile_cmd(model_dir: Path, targets: tuple[str, ...], variant: str) -> None
     _compile(model_dir, targets, variant)
 
 
+_CPU_QUANT = ("int4", "int8")  # MatMulNBits graphs, made while building (CPU only)
+_quant_option = click.option(
+    "--quant", default="none", show_default=True,
+    help="none (float; fp16 on HTP) | w8a16 | w4a16 | a JSON recipe file: PTQ for HTP with --calib text | "
+         "int4 | int8: block-quantized graphs for the CPU backend (LLMs; GGUF blocks kept exactly).")
+_calib_options = [
+    click.option("--calib", "calib", multiple=True, type=click.Path(path_type=Path),
+                 help="Calibration text for w8a16/w4a16: files or directories (.md .txt .jsonl .json); "
+                      "default the knowledge-base samples + chat prompts. Repeatable."),
+    click.option("--calib-samples", type=int, default=64, show_default=True, help="Calibration texts to use."),
+]
+
+
+def _calib(f):
+    for option in reversed(_calib_options):
+        f = option(f)
+    return f
+
+
+def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samples: int) -> None:
+    """`build(dir)` makes the float model; a PTQ recipe then quantizes it into `out` (the float
+    build lives in a scratch directory next to it, so a failure leaves `out` as it was)."""
+    if quant == "none":
+        build(out)
+        return
+    from build_scripts.quantize import quantize_model_dir, resolve_recipe
+
+    resolve_recipe(quant)  # a bad recipe fails before the build, not after
+    float_dir = out.parent / f".{out.name}.float"
+    try:
+        build(float_dir)
+        quantize_model_dir(float_dir, quant, calib=list(calib) or None, samples=samples, out=out)
+    finally:
+        shutil.rmtree(float_dir, ignore_errors=True)
+
+
+def _check_cpu_quant(quant: str, targets: tuple[str, ...]) -> None:
+    names = {t.strip() for spec in targets for t in spec.split(",") if t.strip()} - {"cpu"}
+    if quant in _CPU_QUANT and names:
+        raise click.UsageError(f"--quant {quant} builds MatMulNBits graphs for the CPU backend; HTP targets "
+                               f"({', '.join(sorted(names))}) need --quant w8a16, w4a16 or none")
+
+
 @build.command("llm")
 @click.option("--weights", required=True, help="GGUF file, Hugging Face directory, or a packaged model key.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Model directory to write.")
 @click.option("--context", default=1024, show_default=True, help="KV cache slots (max prompt + answer tokens).")
 @click.option("--prefill", default="128", show_default=True, help="Prefill bucket sizes, e.g. 128,32.")
 @click.option("--name", help="Model name recorded in the manifest (default: the directory name).")
+@_quant_option
+@_calib
 @_target_option
 @_variant_option
 @_friendly
-def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str | None, targets, variant) -> None:
+def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str | None, quant: str,
+                  calib: tuple[Path, ...], calib_samples: int, targets, variant) -> None:
     """Build a decoder LLM (llama / qwen2) into prefill + decode graphs."""
     from build_scripts.build import build_llm
 
-    m = build_llm(weights, out, context=context, prefill=_sizes(prefill), name=name)
-    click.echo(f"built {m.name}: {', '.join(g.file for g in m.graphs)} in {out}")
+    _check_cpu_quant(quant, targets)
+    graph_quant = quant if quant in _CPU_QUANT else "none"
+    _build_quantized(lambda d: build_llm(weights, d, context=context, prefill=_sizes(prefill), name=name or out.name,
+                                         quant=graph_quant),
+                     out, "none" if quant in _CPU_QUANT else quant, calib, calib_samples)
+    m = load_manifest(out)
+    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(g.file for g in m.graphs)} in {out}")
     _compile(out, targets, variant)
 
 
@@ -144,15 +198,23 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
 @click.option("--batch", default=8, show_default=True, help="Static batch size B.")
 @click.option("--seq", default=128, show_default=True, help="Static sequence length L (tokens per text).")
 @click.option("--name", help="Model name recorded in the manifest (default: the directory name).")
+@click.option("--quant", default="none", show_default=True,
+              help="none (float; fp16 on HTP) | w8a16 | w4a16 | a JSON recipe file (PTQ for HTP with --calib text).")
+@_calib
 @_target_option
 @_variant_option
 @_friendly
-def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str | None, targets, variant) -> None:
+def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str | None, quant: str,
+                       calib: tuple[Path, ...], calib_samples: int, targets, variant) -> None:
     """Build a BERT sentence embedder into one [B, L] graph with pooling."""
     from build_scripts.build import build_embedder
 
-    m = build_embedder(weights, out, batch=batch, seq=seq, name=name)
-    click.echo(f"built {m.name}: {m.graphs[0].file} in {out}")
+    if quant in _CPU_QUANT:
+        raise click.UsageError(f"--quant {quant} is for LLMs; an embedder takes none, w8a16, w4a16 or a recipe file")
+    _build_quantized(lambda d: build_embedder(weights, d, batch=batch, seq=seq, name=name or out.name),
+                     out, quant, calib, calib_samples)
+    m = load_manifest(out)
+    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {m.graphs[0].file} in {out}")
     _compile(out, targets, variant)
 
 
@@ -301,7 +363,7 @@ def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_s
     uvicorn.run(create_app(settings), host=settings.host, port=port, log_level="warning")
 
 
-for _command in [*KNOWLEDGE_COMMANDS, *CHAT_COMMANDS]:
+for _command in [*KNOWLEDGE_COMMANDS, *CHAT_COMMANDS, *BENCH_COMMANDS]:
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from app.bench.errors import BenchError
 from build_scripts.errors import BuildError
 from knowledge.errors import KnowledgeError
 from models.manifest import ManifestError
@@ -14,7 +15,7 @@ from runtime.chat_template import ChatTemplateError
 from runtime.errors import ContextOverflowError, RuntimeModelError
 
 USER_ERRORS = (BuildError, ManifestError, RuntimeModelError, ContextOverflowError, KnowledgeError,
-               ChatTemplateError, OSError)
+               ChatTemplateError, BenchError, OSError)
 
 
 def friendly(fn):

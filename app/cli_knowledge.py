@@ -236,7 +236,9 @@ def eval_retrieval(kb_dir, questions, modes, embedder_dir, backend, as_json) -> 
             click.echo(f"{t:>10.2f}{kept:>8.3f}{rejected:>10.3f}")
 
 
-KNOWLEDGE_COMMANDS = [ingest, kb, search, eval_group]
+# `hexrag eval` itself is app/cli_bench.py's group (it adds `eval retrieval`); this module's
+# eval group serves the standalone knowledge CLI only
+KNOWLEDGE_COMMANDS = [ingest, kb, search]
 
 
 @click.group()
@@ -244,7 +246,7 @@ def knowledge_cli() -> None:
     """The knowledge-base commands on their own (`python -m app.cli_knowledge`)."""
 
 
-for _command in KNOWLEDGE_COMMANDS:
+for _command in [*KNOWLEDGE_COMMANDS, eval_group]:
     knowledge_cli.add_command(_command)
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import time
 
 from runtime.llm import LLM
 
-_TEXT = (
+# real in-car text; app.bench tokenizes the same text with each peer's own tokenizer
+BENCH_TEXT = (
     "The tyre pressure monitoring system warns you when one or more tyres are significantly under-inflated. "
     "Check the pressures when the tyres are cold, using the values on the label in the driver's door frame. "
     "Charging at a DC fast charger takes the battery from ten to eighty percent in about thirty minutes. "
@@ -28,7 +29,7 @@ def peak_rss_mb() -> float:
 
 
 def prompt_of(llm: LLM, n: int) -> list[int]:
-    ids = llm.encode(_TEXT)
+    ids = llm.encode(BENCH_TEXT)
     return (ids * (n // len(ids) + 1))[:n]
 
 
@@ -51,7 +52,7 @@ def run_lengths(llm: LLM, lengths: list[int], gen: int, runs: int) -> list[dict]
 
 def run_prefix_reuse(llm: LLM, runs: int) -> dict:
     """Second chat turn: same system prompt + history, cold cache vs the cache left by turn one."""
-    system = {"role": "system", "content": _TEXT * 2}
+    system = {"role": "system", "content": BENCH_TEXT * 2}
     turn1 = [system, {"role": "user", "content": "How do I check my tyre pressure?"}]
     cold, warm = [], []
     for _ in range(runs):

@@ -1,0 +1,58 @@
+"""The models `hexrag eval --all --quick` builds for itself: a tiny random-weight llama (GGUF) and
+BERT (Hugging Face layout) through the real builders, each also quantized w8a16 by the real
+pipeline. No downloads; about half a minute on two cores.
+
+The weight writers are the test suite's (tests/tiny_models.py, which imports nothing from the
+project), loaded by file path from the source checkout so the product never imports the test
+package; quick mode is for CI and developers, who always have the checkout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.bench.errors import BenchError
+
+TINY_WRITERS = Path(__file__).resolve().parents[2] / "tests" / "tiny_models.py"
+# a 128-slot cache holds a chat-templated in-car question plus an answer with the tiny byte-level
+# tokenizer (the model's positions end there); the buckets are the test suite's
+LLM_CONTEXT, LLM_PREFILL = 128, (16, 4)
+BERT_BATCH, BERT_SEQ = 4, 32
+CALIBRATION_SAMPLES = 16
+
+
+@dataclass
+class QuickModels:
+    llm: Path
+    llm_quantized: Path
+    embedder: Path
+    embedder_quantized: Path
+
+
+def _writers():
+    if not TINY_WRITERS.is_file():
+        raise BenchError(f"--quick builds its tiny models with {TINY_WRITERS.relative_to(TINY_WRITERS.parents[1])} "
+                         "from a source checkout, which this installation lacks; run the full mode instead")
+    spec = importlib.util.spec_from_file_location("hexrag_tiny_models", TINY_WRITERS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_quick_models(root: Path) -> QuickModels:
+    from build_scripts.build import build_embedder, build_llm
+    from build_scripts.quantize import quantize_model_dir
+
+    tm = _writers()
+    root.mkdir(parents=True, exist_ok=True)
+    tm.write_tiny_llama_gguf(root / "llama.gguf", seed=1, tied=True)
+    tm.write_tiny_hf_bert(root / "bert_src", seed=5)
+    out = QuickModels(root / "llama", root / "llama_w8a16", root / "bert", root / "bert_w8a16")
+    build_llm(root / "llama.gguf", out.llm, context=LLM_CONTEXT, prefill=LLM_PREFILL, progress=False)
+    build_embedder(root / "bert_src", out.embedder, batch=BERT_BATCH, seq=BERT_SEQ)
+    # accuracy is measured afterwards by the report, the same way for quick and full mode
+    for src, dest in ((out.llm, out.llm_quantized), (out.embedder, out.embedder_quantized)):
+        quantize_model_dir(src, "w8a16", samples=CALIBRATION_SAMPLES, out=dest, progress=False, evaluate=False)
+    return out

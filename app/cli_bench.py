@@ -1,0 +1,154 @@
+"""Measurement commands: `hexrag bench llm|build|genai-model` and `hexrag eval --all` (+ `eval retrieval`).
+
+Each command calls one function of app.bench and prints its result; typed errors become
+`error: ...` and exit code 1 (app.cli_common). app/cli.py registers BENCH_COMMANDS on `main`.
+`hexrag eval` owns the `eval` group; `eval retrieval` is the knowledge command, added to it here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from app.cli_common import friendly as _friendly
+from app.cli_knowledge import eval_retrieval
+
+_model = click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+                      help="hexrag model directory (hexrag build llm ...).")
+_json = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter("expected at least one positive integer")
+    return out
+
+
+def _echo_json(value) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+# ---- bench ------------------------------------------------------------------------------
+@click.group()
+def bench() -> None:
+    """Speed side by side with llama.cpp and ONNX Runtime GenAI; NPU build metrics."""
+
+
+@bench.command("llm")
+@_model
+@click.option("--vs", "peers", default="llama.cpp,genai", show_default=True,
+              help="Peers to run next to hexrag (comma-separated: llama.cpp, genai; empty: hexrag only).")
+@click.option("--gguf", type=click.Path(path_type=Path, dir_okay=False),
+              help="GGUF for llama.cpp (default: the one the model was built from).")
+@click.option("--genai-model", type=click.Path(path_type=Path, file_okay=False),
+              help="GenAI model folder (make one with `hexrag bench genai-model`).")
+@click.option("--lengths", default="32,128,512,1024", show_default=True, help="Prompt lengths in tokens.")
+@click.option("--gen", default=128, show_default=True, help="Tokens generated per run (end of sequence ignored).")
+@click.option("--runs", default=3, show_default=True, help="Interleaved runs per system (medians are printed).")
+@click.option("--threads", default=2, show_default=True, help="CPU threads for every system.")
+@_json
+@_friendly
+def bench_llm(model_dir, peers, gguf, genai_model, lengths, gen, runs, threads, as_json) -> None:
+    """hexrag's CPU backend vs its peers: TTFT, prefill and decode tok/s, peak RSS, with ratios."""
+    from app.bench.llm_speed import compare, format_table, parse_peers
+
+    result = compare(model_dir, parse_peers(peers), _ints(lengths), gen, runs, threads, gguf=gguf,
+                     genai_model=genai_model, progress=not as_json)
+    if as_json:
+        _echo_json(result.to_dict())
+    else:
+        click.echo(format_table(result))
+
+
+@bench.command("build")
+@_model
+@_json
+@_friendly
+def bench_build(model_dir, as_json) -> None:
+    """HTP build metrics (nodes on HTP, binary vs weight bytes, parts, compile time) and decode ceilings per chip."""
+    from app.bench.build_metrics import build_metrics, format_build_metrics
+
+    result = build_metrics(model_dir)
+    click.echo(json.dumps(result, indent=2) if as_json else format_build_metrics(result))
+
+
+@bench.command("genai-model")
+@_model
+@click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False), help="GenAI folder to write.")
+@click.option("--python", "python", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Python of a venv with torch, transformers and onnxruntime-genai (GenAI's builder needs them).")
+@click.option("--precision", type=click.Choice(["int4", "int8", "fp32"]), default="int4", show_default=True)
+@_friendly
+def bench_genai_model(model_dir, out, python, precision) -> None:
+    """Build the GenAI (CPU) model of the weights MODEL was built from, for `bench llm --vs genai`."""
+    from app.bench.genai_export import build_genai_model
+
+    click.echo(f"built {build_genai_model(model_dir, out, python, precision)}")
+
+
+# ---- eval -------------------------------------------------------------------------------
+@click.group("eval", invoke_without_command=True)
+@click.option("--all", "run_all", is_flag=True, help="Run the whole accuracy + speed report.")
+@click.option("--quick", is_flag=True, help="Tiny models built into a temp dir (CI; no downloads).")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Write the JSON report here.")
+@click.option("--baseline", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Compare with this report; exit code 1 when a metric regressed.")
+@click.option("--report", "report_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Compare this saved report with --baseline instead of running a new one.")
+@click.option("--tolerance", "tolerances", multiple=True,
+              help="Accuracy tolerance (absolute, default 0.01); speed=N: speed-ratio tolerance (relative, "
+                   "default 0.5); METRIC=N for one metric. Repeatable.")
+@click.option("--llm", type=click.Path(path_type=Path, file_okay=False), help="Full mode: LLM model directory.")
+@click.option("--embedder", type=click.Path(path_type=Path, file_okay=False), help="Full mode: embedder directory.")
+@click.option("--quantized-llm", type=click.Path(path_type=Path, file_okay=False),
+              help="Full mode: a quantized build of --llm to compare with it.")
+@click.option("--quantized-embedder", type=click.Path(path_type=Path, file_okay=False),
+              help="Full mode: a quantized build of --embedder to compare with it.")
+@click.pass_context
+@_friendly
+def eval_group(ctx, run_all, quick, out, baseline, report_file, tolerances, llm, embedder, quantized_llm,
+               quantized_embedder) -> None:
+    """Measure quality: `eval --all` for the whole report, `eval retrieval` for the KB alone."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from app.bench.baseline import compare, load_baseline, load_report, parse_tolerances
+
+    if report_file:
+        if run_all or not baseline:
+            raise click.UsageError("--report compares a saved report: give --baseline, and no --all")
+        report = load_report(report_file)
+    elif not run_all:
+        raise click.UsageError("give --all (the whole report) or a subcommand, e.g. `hexrag eval retrieval`")
+    accuracy, speed, per_metric = parse_tolerances(tolerances)
+    mode = report.get("mode") if report_file else "quick" if quick else "full"
+    base = load_baseline(baseline, mode) if baseline else None  # a bad baseline fails before the long run
+    if not report_file:
+        from app.bench.report import run_report
+
+        report = run_report(quick, llm, embedder, quantized_llm, quantized_embedder)
+        if out:
+            out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+            click.echo(f"wrote {out}", err=True)
+        else:
+            _echo_json(report)
+    if base is None:
+        return
+    checks = compare(report, base, accuracy, speed, per_metric)
+    for check in checks:
+        click.echo(check.line(), err=True)
+    failed = [c.metric for c in checks if not c.ok]
+    if failed:
+        click.echo(f"error: {len(failed)} metric(s) regressed against {baseline}: {', '.join(failed)}", err=True)
+        sys.exit(1)
+    click.echo(f"all {len(checks)} metrics within tolerance of {baseline}", err=True)
+
+
+eval_group.add_command(eval_retrieval)
+BENCH_COMMANDS = [bench, eval_group]
