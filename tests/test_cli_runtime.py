@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from models.manifest import load_manifest
 from runtime.embedder import Embedder
 from runtime.llm import LLM
 
@@ -55,3 +56,26 @@ def test_runtime_errors_are_one_line(tiny_builds, tmp_path):
     proc = hexrag("embed", "--model", str(tiny_builds["llama"]), "x")
     assert proc.returncode == 1 and "not an embedder" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_build_quant_from_the_cli(tiny_sources, tmp_path):
+    # PTQ for the NPU: the float build is quantized with real calibration text into --out
+    calib = tmp_path / "notes.md"
+    calib.write_text("\n\n".join(f"# Note {i}\n\nThe wipers park when the car is switched off; charge to {60 + i} "
+                                   f"percent for daily use." for i in range(12)))
+    out = tmp_path / "w8"
+    proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(out), "--context", "64",
+                  "--prefill", "16,4", "--quant", "w8a16", "--calib", str(calib), "--calib-samples", "8")
+    assert proc.returncode == 0, proc.stderr
+    q = load_manifest(out).quantization
+    assert q["recipe"] == "w8a16" and "notes.md" in q["calibration"]["sources"] and "greedy_agreement" in q["metrics"]
+    assert not list(tmp_path.glob(".w8*"))  # the float scratch build is gone
+    # the CPU target: int4 graphs; HTP targets are refused for them, bad recipes before any work
+    proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(tmp_path / "i4"),
+                  "--context", "64", "--prefill", "16", "--quant", "int4")
+    assert proc.returncode == 0 and load_manifest(tmp_path / "i4").quantization["recipe"] == "int4", proc.stderr
+    for bad, message in ((["--quant", "int4", "--target", "sm8650"], "MatMulNBits graphs for the CPU backend"),
+                         (["--quant", "w3"], "unknown quantization recipe 'w3'")):
+        proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(tmp_path / "bad"), *bad)
+        assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
+        assert not (tmp_path / "bad").exists()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from build_scripts.config import BertConfig, DecoderConfig
 from build_scripts.graph.builder import GraphBuilder
 from build_scripts.graph.linear import linear
-from build_scripts.graph.rope import apply_rotary
+from build_scripts.graph.rope import apply_rotary, rotary_embedding
 from build_scripts.weights.loaders import Weights
 
 
@@ -33,6 +33,7 @@ def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, l
     never repeated (HTP has no cheap Expand); scores against the cache and against the new
     tokens are computed separately so the cache is never copied into a concatenated tensor.
     Keys are stored transposed ([d, slots]) so neither MatMul needs a Transpose of the cache.
+    On the CPU target (a block recipe) cos/sin come as [S, d/2] for the fused rotary kernel.
     """
     s, c, d, kv, g = shapes.seq, shapes.context, cfg.head_dim, cfg.n_kv_heads, cfg.kv_groups
     p = f"layers.{layer}"
@@ -41,10 +42,17 @@ def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, l
     k = linear(b, x, w, f"{p}.k", bias=bias)
     v = linear(b, x, w, f"{p}.v", bias=bias)
 
-    q = b.node("Transpose", [b.node("Reshape", [q, b.ints(1, s, cfg.n_heads, d)])], perm=[0, 2, 1, 3])
-    q = b.node("Reshape", [apply_rotary(b, q, cos, sin, d), b.ints(1, kv, g * s, d)])
-    k = b.node("Transpose", [b.node("Reshape", [k, b.ints(1, s, kv, d)])], perm=[0, 2, 1, 3])
-    new_key = b.node("Transpose", [apply_rotary(b, k, cos, sin, d)], perm=[0, 1, 3, 2])
+    if b.blocks is not None:  # the CPU target: ONNX Runtime's fused rotary kernel on [1,S,heads·d]
+        q = b.node("Transpose", [b.node("Reshape", [rotary_embedding(b, q, cos, sin, cfg.n_heads, s),
+                                                    b.ints(1, s, cfg.n_heads, d)])], perm=[0, 2, 1, 3])
+        q = b.node("Reshape", [q, b.ints(1, kv, g * s, d)])
+        k = b.node("Reshape", [rotary_embedding(b, k, cos, sin, kv, s), b.ints(1, s, kv, d)])
+        new_key = b.node("Transpose", [k], perm=[0, 2, 3, 1])
+    else:
+        q = b.node("Transpose", [b.node("Reshape", [q, b.ints(1, s, cfg.n_heads, d)])], perm=[0, 2, 1, 3])
+        q = b.node("Reshape", [apply_rotary(b, q, cos, sin, d), b.ints(1, kv, g * s, d)])
+        k = b.node("Transpose", [b.node("Reshape", [k, b.ints(1, s, kv, d)])], perm=[0, 2, 1, 3])
+        new_key = b.node("Transpose", [apply_rotary(b, k, cos, sin, d)], perm=[0, 1, 3, 2])
     new_value = b.node("Transpose", [b.node("Reshape", [v, b.ints(1, s, kv, d)])], perm=[0, 2, 1, 3])
 
     scores = b.node("Concat", [b.node("MatMul", [q, past_key]), b.node("MatMul", [q, new_key])], axis=-1)

@@ -41,6 +41,9 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
     else:  # one row per token is read: float16 halves the table for free
         table = b.weight("embed.f16", lambda: w["embed"].astype(np.float16))
         h = b.node("Cast", [b.node("Gather", [table, inp["input_ids"]], axis=0, name="embed")], to=TensorProto.FLOAT)
+    cos, sin = inp["rope_cos"], inp["rope_sin"]
+    if blocks is not None:  # the fused rotary kernel reads its tables as [S, d/2]
+        cos, sin = (b.node("Reshape", [t, b.ints(seq, cfg.head_dim // 2)], name=f"{t}_2d") for t in (cos, sin))
     mask = inp["attention_mask"]
     if cfg.kv_groups > 1:
         # rows of the folded GQA scores are (group, position): repeat the mask once per group
@@ -51,7 +54,7 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
             with b.scope("attn"):
                 a, new_k, new_v = decoder_attention(
                     b, rms_norm(b, h, w, f"layers.{i}.attn_norm", cfg.rms_eps), w, cfg, i, shapes,
-                    inp["rope_cos"], inp["rope_sin"], mask, inp[f"past_key_{i}"], inp[f"past_value_{i}"])
+                    cos, sin, mask, inp[f"past_key_{i}"], inp[f"past_value_{i}"])
                 h = b.node("Add", [h, a], name="residual")
             with b.scope("mlp"):
                 m = gated_silu_mlp(b, rms_norm(b, h, w, f"layers.{i}.mlp_norm", cfg.rms_eps), w, f"layers.{i}")
