@@ -118,7 +118,7 @@ def eval_group(ctx, run_all, quick, out, baseline, report_file, tolerances, llm,
     """Measure quality: `eval --all` for the whole report, `eval retrieval` for the KB alone."""
     if ctx.invoked_subcommand is not None:
         return
-    from app.bench.baseline import compare, load_baseline, load_report, parse_tolerances
+    from app.bench.baseline import load_baseline, load_report, parse_tolerances
 
     if report_file:
         if run_all or not baseline:
@@ -126,6 +126,8 @@ def eval_group(ctx, run_all, quick, out, baseline, report_file, tolerances, llm,
         report = load_report(report_file)
     elif not run_all:
         raise click.UsageError("give --all (the whole report) or a subcommand, e.g. `hexrag eval retrieval`")
+    if quick and any((llm, embedder, quantized_llm, quantized_embedder)):
+        raise click.UsageError("--quick builds its own tiny models: --llm/--embedder/--quantized-* are for full mode")
     accuracy, speed, per_metric = parse_tolerances(tolerances)
     mode = report.get("mode") if report_file else "quick" if quick else "full"
     base = load_baseline(baseline, mode) if baseline else None  # a bad baseline fails before the long run
@@ -138,8 +140,14 @@ def eval_group(ctx, run_all, quick, out, baseline, report_file, tolerances, llm,
             click.echo(f"wrote {out}", err=True)
         else:
             _echo_json(report)
-    if base is None:
-        return
+    if base is not None:
+        _gate(report, base, baseline, accuracy, speed, per_metric)
+
+
+def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: float, per_metric: dict) -> None:
+    """One line per gated metric on stderr; exit code 1 naming every metric that regressed."""
+    from app.bench.baseline import compare
+
     checks = compare(report, base, accuracy, speed, per_metric)
     for check in checks:
         click.echo(check.line(), err=True)
