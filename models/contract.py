@@ -34,14 +34,20 @@ def _t(name: str, dtype: str, shape: list[int]) -> TensorSpec:
     return TensorSpec(name=name, dtype=dtype, shape=shape)
 
 
+DYNAMIC = -1  # a symbolic dimension in a TensorSpec shape (ONNX dim_param)
+
+
 def decoder_io(n_layers: int, n_kv_heads: int, head_dim: int, vocab: int, seq: int, context: int,
-               kv_dtype: str = "float32") -> GraphIO:
-    kv, d, s, c = n_kv_heads, head_dim, seq, context
+               kv_dtype: str = "float32", dynamic_past: bool = False) -> GraphIO:
+    """`dynamic_past` (the CPU target): the cache-slot dimension P is symbolic (DYNAMIC), so the
+    runtime can bind just the filled prefix of its static buffers; HTP graphs are fully static."""
+    kv, d, s = n_kv_heads, head_dim, seq
+    c = DYNAMIC if dynamic_past else context
     inputs = [
         _t("input_ids", "int32", [1, s]),
         _t("rope_cos", "float32", [1, 1, s, d // 2]),
         _t("rope_sin", "float32", [1, 1, s, d // 2]),
-        _t("attention_mask", "float32", [1, 1, s, c + s]),
+        _t("attention_mask", "float32", [1, 1, s, DYNAMIC if dynamic_past else c + s]),
     ]
     outputs = [_t("logits", "float32", [1, 1, vocab])]
     for i in range(n_layers):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.contract import rotary_tables
+from models.contract import DYNAMIC, rotary_tables
 from models.manifest import load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.graphs import graph_paths
@@ -49,9 +49,13 @@ class Decoder:
                                    dtype=self.kv_dtype, fill=fill)
         self._cos, self._sin = rotary_tables(np.arange(self.context), arch["head_dim"], arch["rope_theta"])
         self.tokens: list[int] = []  # what the cache holds, in order
+        # CPU-target graphs take a symbolic number of cache slots: they get the filled prefix,
+        # rounded up to `slot_step` slots so the cache is re-strided only every slot_step tokens
+        self.dynamic_past = any(DYNAMIC in t.shape for g in m.graphs for t in g.inputs if t.name == "past_key_0")
+        self.slot_step = 64
         # every graph's inputs and outputs, allocated once; the KV inputs are the cache itself
-        self.io = {g.seq: _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
-        self._bindings: dict[int, tuple] = {}  # id(session) -> (session, its binding)
+        self.io = {g.seq: _StepBuffers(g, self.cache, self.context) for g in m.graphs if g.name != START_GRAPH}
+        self._bindings: dict[tuple, tuple] = {}  # (id(session), slots) -> (session, its binding)
 
     @property
     def vocab(self) -> int:
@@ -92,55 +96,90 @@ class Decoder:
             return self.buckets[0]
         return min(b for b in self.buckets if b >= remaining)
 
+    def _slots(self, n: int) -> int:
+        """Cache slots the next run's graph sees: all of them for static graphs, else the filled
+        prefix plus the `n` new rows, rounded up to slot_step (never less than the current stride)."""
+        if not self.dynamic_past:
+            return self.context
+        need = -(-(self.cache.length + n) // self.slot_step) * self.slot_step
+        return min(self.context, max(need, self.cache.stride if self.cache.length else 0))
+
     def _run(self, chunk: list[int], seq: int, session=None) -> np.ndarray:
-        n, pos, c = len(chunk), self.cache.length, self.context
+        n, pos = len(chunk), self.cache.length
+        c = self._slots(n)
+        self.cache.relayout(c)
         pad = seq - n
         io = self.io[seq]
-        ids, mask = io.inputs["input_ids"], io.inputs["attention_mask"]
+        inputs = io.at(c)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
         ids[0, :pad] = 0
         ids[0, pad:] = chunk
         positions = np.full(seq, pos, np.int64)
         positions[pad:] = np.arange(pos, pos + n)
-        np.take(self._cos, positions, axis=0, out=io.inputs["rope_cos"][0, 0])
-        np.take(self._sin, positions, axis=0, out=io.inputs["rope_sin"][0, 0])
+        np.take(self._cos, positions, axis=0, out=inputs["rope_cos"][0, 0])
+        np.take(self._sin, positions, axis=0, out=inputs["rope_sin"][0, 0])
         mask.fill(self.mask_value)
         mask[..., :pos] = 0.0  # every row sees the filled cache slots
         causal = np.tril(np.ones((n, n), bool))
         mask[0, 0, pad:, c + pad:][causal] = 0.0  # real rows see real new tokens up to themselves
-        out = self._execute(session or self.sessions[seq], io)
+        out = self._execute(session or self.sessions[seq], inputs, io.outputs, c)
         for i in range(self.n_layers):
             self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
         self.cache.advance(n)
         self.tokens.extend(chunk)
         return out["logits"][0, 0].copy()  # the buffer is overwritten by the next step
 
-    def _execute(self, session, io: "_StepBuffers") -> dict[str, np.ndarray]:
-        """Run through the session's I/O binding (made on first use, then reused: a step creates no
-        tensors); a stand-in without `bind` (calibration, tests) gets plain feeds."""
+    def _execute(self, session, inputs: dict, outputs: dict, slots: int) -> dict[str, np.ndarray]:
+        """Run through the session's I/O binding for this many cache slots (made on first use, then
+        reused: a step creates no tensors); a stand-in without `bind` (calibration, tests) gets
+        plain feeds."""
         if not hasattr(session, "bind"):
-            return session.run(io.inputs)
-        entry = self._bindings.get(id(session))
+            return session.run(inputs)
+        key = (id(session), slots)
+        entry = self._bindings.get(key)
         if entry is None or entry[0] is not session:
-            entry = self._bindings[id(session)] = (session, session.bind(io.inputs, io.outputs))
+            entry = self._bindings[key] = (session, session.bind(inputs, outputs))
         session.run_bound(entry[1])
-        return io.outputs
+        return outputs
 
 
 class _StepBuffers:
     """One graph's inputs and outputs as host arrays, allocated once at load: the KV inputs are
-    the cache's own buffers, the rest is filled in place every step."""
+    the cache's own buffers, the rest is filled in place every step. `at(slots)` gives the inputs
+    as a graph with that many cache slots sees them (a prefix view of the same memory)."""
 
-    def __init__(self, graph, cache: StaticKVCache):
-        self.inputs: dict[str, np.ndarray] = {}
-        for t in graph.inputs:
-            kind, _, layer = t.name.rpartition("_")
-            if kind == "past_key":
-                self.inputs[t.name] = cache.keys[int(layer)]
-            elif kind == "past_value":
-                self.inputs[t.name] = cache.values[int(layer)]
-            else:
-                self.inputs[t.name] = np.zeros(t.shape, t.dtype)
+    def __init__(self, graph, cache: StaticKVCache, context: int):
+        self.graph, self.cache = graph, cache
+        s = graph.seq
+        full = {t.name: [context + s if (t.name == "attention_mask" and i == 3) else (context if n == DYNAMIC else n)
+                         for i, n in enumerate(t.shape)] for t in graph.inputs}
+        self._own = {t.name: np.zeros(full[t.name], t.dtype) for t in graph.inputs
+                     if not t.name.startswith(("past_key_", "past_value_"))}
         self.outputs = {t.name: np.zeros(t.shape, t.dtype) for t in graph.outputs}
+        self._at: dict[int, dict[str, np.ndarray]] = {}
+
+    def at(self, slots: int) -> dict[str, np.ndarray]:
+        if slots not in self._at:
+            keys, values = self.cache.views(slots)
+            inputs = {}
+            for t in self.graph.inputs:
+                kind, _, layer = t.name.rpartition("_")
+                if kind == "past_key":
+                    inputs[t.name] = keys[int(layer)]
+                elif kind == "past_value":
+                    inputs[t.name] = values[int(layer)]
+                elif t.name == "attention_mask":  # [1,1,S,slots+S]: a prefix of the full buffer
+                    seq = self.graph.seq
+                    inputs[t.name] = self._own[t.name].reshape(-1)[:seq * (slots + seq)].reshape(1, 1, seq, slots + seq)
+                else:
+                    inputs[t.name] = self._own[t.name]
+            self._at[slots] = inputs
+        return self._at[slots]
+
+    @property
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The inputs at the whole context (what static graphs always see)."""
+        return self.at(self.cache.slots)
 
 
 def _kv_layout(m, n_layers: int) -> tuple[np.dtype, list[tuple[int, int]] | None]:

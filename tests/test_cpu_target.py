@@ -13,6 +13,7 @@ from build_scripts.build import build_llm
 from build_scripts.errors import BuildError
 from build_scripts.graph import blocks
 from models.manifest import load_manifest
+from runtime.decoder import Decoder
 from tests import tiny_models as tm
 from tests.reference import RefDecoder
 from tests.test_decoder_graphs import cosine, run_greedy
@@ -72,7 +73,8 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
     assert m.quantization["recipe"] == "int4" and m.quantization["weights"] == exact
     graph = onnx.load(str(out / "decode.onnx"), load_external_data=False)
     ops = [n.op_type for n in graph.graph.node]
-    assert ops.count("MatMulNBits") == 7 * tm.N_LAYER + 1  # every linear layer and the LM head
+    # every linear layer and the LM head, q/k/v and gate/up each stacked into one weight
+    assert ops.count("MatMulNBits") == 4 * tm.N_LAYER + 1 and ops.count("Split") == 2 * tm.N_LAYER
     assert not any(t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2 and min(t.dims) >= tm.HIDDEN
                    for t in graph.graph.initializer if not t.name.endswith(("mins_t", "scales")))
     prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
@@ -103,3 +105,31 @@ def test_unknown_cpu_quantization_is_refused(tiny_sources, tmp_path):
     with pytest.raises(BuildError, match="unknown --quant 'int3'"):
         build_llm(tiny_sources["llama"], tmp_path / "x", context=32, prefill=(4,), progress=False, quant="int3")
     assert not (tmp_path / "x").exists()
+
+
+def test_cache_slots_follow_the_filled_length(q4_sources, tmp_path):
+    """CPU-target graphs see only the filled prefix of the cache (a symbolic slot count): the
+    cache is re-strided as it grows, and the logits stay those of the reference throughout."""
+    out = tmp_path / "q40"
+    build_llm(q4_sources / "q40.gguf", out, context=64, prefill=(16, 4), progress=False, quant="int4")
+    graph = load_manifest(out).graph("decode")
+    assert next(t for t in graph.inputs if t.name == "past_key_0").shape == [1, tm.N_KV_HEAD, tm.HEAD_DIM, -1]
+    dec = Decoder(out)
+    dec.slot_step = 8  # re-stride every 8 tokens instead of 64, to cross many boundaries
+    prompt = [int(t) for t in np.random.default_rng(5).integers(3, 290, size=21)]
+    logits, tokens, strides = [dec.feed(prompt)], list(prompt), [dec.cache.stride]
+    for _ in range(30):
+        tokens.append(int(np.argmax(logits[-1])))
+        logits.append(dec.feed([tokens[-1]]))
+        strides.append(dec.cache.stride)
+    assert strides[0] == 24 and strides[-1] == 56 and sorted(set(strides)) == [24, 32, 40, 48, 56]
+    expected = RefDecoder.from_gguf(q4_sources / "q40.gguf").logits(tokens)
+    worst = min(cosine(got, expected[len(prompt) - 1 + i]) for i, got in enumerate(logits))
+    assert worst >= 0.995, worst
+    # a rewind keeps the wider layout; a reset starts narrow again
+    dec.rewind(10)
+    dec.feed([7])
+    assert dec.cache.stride == 56
+    dec.reset()
+    dec.feed([7, 8])
+    assert dec.cache.stride == 8

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from build_scripts.config import BertConfig, DecoderConfig
 from build_scripts.graph.builder import GraphBuilder
-from build_scripts.graph.linear import linear
+from build_scripts.graph.linear import linear, linears
 from build_scripts.graph.rope import apply_rotary, rotary_embedding
 from build_scripts.weights.loaders import Weights
 
@@ -18,6 +18,7 @@ class StepShapes:
 
     seq: int  # S
     context: int  # C: cache slots (the past-KV length P of the graph contract)
+    dynamic_past: bool = False  # P symbolic (the CPU target): the runtime binds the filled prefix
 
 
 def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, layer: int, shapes: StepShapes,
@@ -38,9 +39,7 @@ def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, l
     s, c, d, kv, g = shapes.seq, shapes.context, cfg.head_dim, cfg.n_kv_heads, cfg.kv_groups
     p = f"layers.{layer}"
     bias = cfg.qkv_bias
-    q = linear(b, x, w, f"{p}.q", scale=1.0 / math.sqrt(d), bias=bias)
-    k = linear(b, x, w, f"{p}.k", bias=bias)
-    v = linear(b, x, w, f"{p}.v", bias=bias)
+    q, k, v = linears(b, x, w, [f"{p}.q", f"{p}.k", f"{p}.v"], [1.0 / math.sqrt(d), 1.0, 1.0], bias=bias)
 
     if b.blocks is not None:  # the CPU target: ONNX Runtime's fused rotary kernel on [1,S,heads·d]
         q = b.node("Transpose", [b.node("Reshape", [rotary_embedding(b, q, cos, sin, cfg.n_heads, s),
@@ -57,7 +56,11 @@ def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, l
 
     scores = b.node("Concat", [b.node("MatMul", [q, past_key]), b.node("MatMul", [q, new_key])], axis=-1)
     probs = b.node("Softmax", [b.node("Add", [scores, mask])], axis=-1)
-    p_past, p_new = b.node("Split", [probs, b.ints(c, s)], n_out=2, axis=-1)
+    if shapes.dynamic_past:  # P is unknown here: cut the last S columns off by negative index
+        p_past = b.node("Slice", [probs, b.ints(0), b.ints(-s), b.ints(-1)], name="probs_past")
+        p_new = b.node("Slice", [probs, b.ints(-s), b.ints(2**62), b.ints(-1)], name="probs_new")
+    else:
+        p_past, p_new = b.node("Split", [probs, b.ints(c, s)], n_out=2, axis=-1)
     o = b.node("Add", [b.node("MatMul", [p_past, past_value]), b.node("MatMul", [p_new, new_value])])
     o = b.node("Reshape", [o, b.ints(1, cfg.n_heads, s, d)])
     o = b.node("Reshape", [b.node("Transpose", [o], perm=[0, 2, 1, 3]), b.ints(1, s, cfg.n_heads * d)])

@@ -164,9 +164,15 @@ CPU_RECIPES = {
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations: the fast integer kernels
 
 
+# the MatMulNBits format each GGUF type maps onto exactly: (bits, block, zero points?, min term?)
+EXACT_FORMATS = {"Q4_0": (4, 32, False, False), "Q4_1": (4, 32, True, True), "Q4_K": (4, 32, True, True),
+                 "Q8_0": (8, 32, False, False), "Q6_K": (8, 16, False, False)}
+
+
 class BlockRecipe:
-    """Makes each linear weight's blocks (bit-exact from GGUF when it can) and records where
-    every weight came from for the manifest."""
+    """Makes the linear weights' blocks (bit-exact from GGUF when it can), fusing layers that
+    read the same input (q/k/v, gate/up) into one weight when their formats agree, and records
+    where every weight came from for the manifest."""
 
     def __init__(self, name: str, weights):
         if name not in CPU_RECIPES:
@@ -174,23 +180,40 @@ class BlockRecipe:
         self.name = name
         self.weights = weights
         self.origins: dict[str, str] = {}
-        self.shapes: dict[str, tuple] = {}  # name -> (bits, block, N, K, zero points?, mins?), once made
+        self.shapes: dict[str, tuple] = {}  # weight key -> (bits, block, N, K, zero points?, mins?), once made
+        self.rows: dict[str, int] = {}  # layer name -> its N, once made
         self.bytes = 0
 
-    def make(self, name: str, scale: float = 1.0) -> BlockWeight:
-        """`name`'s blocks with `scale` folded in."""
+    def _plan(self, name: str) -> tuple[tuple[int, int, bool, bool], bool]:
+        """(format, exact?) of `name`, decided from how the source stores it."""
+        stored, _ = self.weights.stored(name)
+        exact = EXACT_FORMATS.get(stored)
+        if exact and (self.name == "int4" or exact[0] == 8):
+            return exact, True
+        bits = 8 if self.name == "int8" or name in ("lm_head", "embed") or stored.startswith("Q5") else 4
+        return (bits, BLOCK, bits == 4, False), False
+
+    def fusable(self, names: list[str]) -> bool:
+        return len({self._plan(n)[0] for n in names}) == 1
+
+    def _one(self, name: str, scale: float) -> BlockWeight:
         stored, raw = self.weights.stored(name)
-        exact = from_gguf(stored, raw) if raw is not None else None
-        if exact is not None and (self.name == "int4" or exact.bits == 8):
-            bw = exact
-        else:
-            head = name in ("lm_head", "embed")
-            bits = 8 if self.name == "int8" or head or stored.startswith("Q5") else 4
-            bw = quantize(self.weights[name], bits, origin=stored)
-        bw = bw.scaled(scale)
+        fmt, exact = self._plan(name)
+        bw = from_gguf(stored, raw) if exact else quantize(self.weights[name], fmt[0], origin=stored)
         self.origins[name] = bw.origin
-        self.shapes[name] = (bw.bits, bw.block, bw.n, bw.k, bw.zero_points is not None, bw.mins is not None)
-        self.bytes += sum(a.nbytes for a in (bw.codes, bw.scales) if a is not None)
+        self.rows[name] = bw.n
+        return bw.scaled(scale)
+
+    def make(self, parts: list[tuple[str, float]]) -> BlockWeight:
+        """The blocks of one or more layers ((name, constant folded in) each), stacked along N."""
+        made = [self._one(name, scale) for name, scale in parts]
+        first = made[0]
+        cat = lambda attr: None if getattr(first, attr) is None else np.concatenate([getattr(m, attr) for m in made])
+        bw = BlockWeight(cat("codes"), cat("scales"), first.bits, first.block, first.k, first.origin,
+                         cat("zero_points"), cat("mins"))
+        key = "+".join(name for name, _ in parts)
+        self.shapes[key] = (bw.bits, bw.block, bw.n, bw.k, bw.zero_points is not None, bw.mins is not None)
+        self.bytes += bw.codes.nbytes + bw.scales.nbytes
         self.bytes += 0 if bw.zero_points is None else bw.packed_zero_points().nbytes
         self.bytes += 0 if bw.mins is None else bw.mins.nbytes
         return bw

@@ -23,7 +23,7 @@ from build_scripts.graph.blocks import BlockRecipe
 from build_scripts.graph.linear import block_matmul, rms_norm
 from build_scripts.graph.mlp import gated_silu_mlp
 from build_scripts.weights.loaders import Weights
-from models.contract import decoder_io
+from models.contract import DYNAMIC, decoder_io
 
 _ELEM = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "uint16": TensorProto.UINT16}
 
@@ -31,10 +31,13 @@ _ELEM = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "uint16": Ten
 def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderConfig, seq: int,
                         context: int, progress: bool = False, blocks: BlockRecipe | None = None) -> onnx.ModelProto:
     """`blocks`: the CPU target's block recipe (linear layers and LM head as MatMulNBits)."""
-    io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context)
+    dynamic = blocks is not None  # the CPU target reads only the filled cache prefix (see contract.py)
+    io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context, dynamic_past=dynamic)
     b = GraphBuilder(name, store, blocks)
-    inp = {t.name: b.input(t.name, _ELEM[t.dtype], t.shape) for t in io.inputs}
-    shapes = StepShapes(seq=seq, context=context)
+    symbols = {"attention_mask": "past_and_new"}
+    inp = {t.name: b.input(t.name, _ELEM[t.dtype], [symbols.get(t.name, "past") if n == DYNAMIC else n for n in t.shape])
+           for t in io.inputs}
+    shapes = StepShapes(seq=seq, context=context, dynamic_past=dynamic)
 
     if blocks is None:
         h = b.node("Gather", [b.weight("embed", lambda: w["embed"]), inp["input_ids"]], axis=0, name="embed")
@@ -71,7 +74,7 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
         if blocks is None:
             logits = b.node("Gemm", [h, b.weight(head, lambda: w[head])], transB=1, name="lm_head")
         else:
-            logits = block_matmul(b, h, head)
+            logits = block_matmul(b, h, [(head, 1.0)])
         logits = b.node("Reshape", [logits, b.ints(1, 1, cfg.vocab)])
     # logits go first among the outputs, as readers expect
     b.output(logits, "logits", TensorProto.FLOAT, io.output("logits").shape)

@@ -21,7 +21,7 @@ def linear(b: GraphBuilder, x: str, w: Weights, name: str, scale: float = 1.0,
     block recipe (the CPU target) the weight is block-quantized instead: see block_matmul.
     """
     if b.blocks is not None:
-        y = block_matmul(b, x, name, scale)
+        y = block_matmul(b, x, [(name, scale)])
     else:
         wt = b.weight(f"{name}.weight_t", _scaled(lambda: w[name].T, scale))
         y = b.node("MatMul", [x, wt], name=name.rsplit(".", 1)[-1])
@@ -30,30 +30,48 @@ def linear(b: GraphBuilder, x: str, w: Weights, name: str, scale: float = 1.0,
     return y
 
 
-def block_matmul(b: GraphBuilder, x: str, name: str, scale: float = 1.0) -> str:
+def linears(b: GraphBuilder, x: str, w: Weights, names: list[str], scales: list[float] | None = None,
+            bias: bool = False) -> list[str]:
+    """Several linear layers reading the same x (q/k/v, gate/up). On the CPU target they run as
+    one MatMulNBits over their stacked blocks, then a Split: fewer, larger kernels (per-node
+    overhead dominates a small model's decode step)."""
+    scales = scales or [1.0] * len(names)
+    if b.blocks is None or not b.blocks.fusable(names):
+        return [linear(b, x, w, n, s, bias) for n, s in zip(names, scales)]
+    y = block_matmul(b, x, list(zip(names, scales)))
+    if bias:
+        y = b.node("Add", [y, b.weight("+".join(names) + ".bias", lambda: np.concatenate(
+            [w[f"{n}_bias"] * np.float32(s) for n, s in zip(names, scales)]).astype(np.float32))])
+    sizes = [b.blocks.rows[n] for n in names]
+    return b.node("Split", [y, b.ints(*sizes)], n_out=len(names), axis=-1)
+
+
+def block_matmul(b: GraphBuilder, x: str, parts: list[tuple[str, float]]) -> str:
     """
         x ──MatMulNBits(codes, scales, zero points)──(+ block_sums(x)·minsᵀ)──►
 
-    The weight's blocks are shared by every graph of the model; the min term exists only for
-    GGUF types with a per-block min (Q4_1, Q4_K), see graph/blocks.py.
+    `parts`: the layers (name, constant folded in) whose blocks are stacked into this weight.
+    The blocks are shared by every graph of the model; the min term exists only for GGUF types
+    with a per-block min (Q4_1, Q4_K), see graph/blocks.py.
     """
+    key = "+".join(name for name, _ in parts)
     made = []
 
     def blocks():
         if not made:
-            made.append(b.blocks.make(name, scale))
+            made.append(b.blocks.make(parts))
         return made[0]
 
-    inputs = [x, b.weight(f"{name}.codes", lambda: blocks().codes), b.weight(f"{name}.scales", lambda: blocks().scales)]
-    bits, block, n, k, has_zero, has_mins = b.blocks.shapes[name]  # set once any graph made the blocks
+    inputs = [x, b.weight(f"{key}.codes", lambda: blocks().codes), b.weight(f"{key}.scales", lambda: blocks().scales)]
+    bits, block, n, k, has_zero, has_mins = b.blocks.shapes[key]  # set once any graph made the blocks
     if has_zero:
-        inputs.append(b.weight(f"{name}.zero_points", lambda: blocks().packed_zero_points()))
-    short = name.rsplit(".", 1)[-1]
+        inputs.append(b.weight(f"{key}.zero_points", lambda: blocks().packed_zero_points()))
+    short = "_".join(name.rsplit(".", 1)[-1] for name, _ in parts)
     y = b.node("MatMulNBits", inputs, domain=MS_DOMAIN, name=short,
                K=k, N=n, bits=bits, block_size=block, accuracy_level=ACCURACY_LEVEL)
     if has_mins:
         sums = b.block_sums(x, k, block)
-        y = b.node("Add", [y, b.node("MatMul", [sums, b.weight(f"{name}.mins_t", lambda: blocks().mins.T.copy())],
+        y = b.node("Add", [y, b.node("MatMul", [sums, b.weight(f"{key}.mins_t", lambda: blocks().mins.T.copy())],
                                      name=f"{short}_mins")])
     return y
 
