@@ -341,7 +341,7 @@ def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_s
     from app.quickstart import ensure_default_models, ensure_sample_kb
     from app.settings import Settings
 
-    llm_dir, embedder_dir = ensure_default_models(models_dir)
+    llm_dir, embedder_dir = ensure_default_models(models_dir, backend)
     settings = Settings(llm=llm_dir, embedder=embedder_dir, kb=kb, backend=backend, port=port)
     assistant = Assistant(settings)
     ensure_sample_kb(assistant.kb)

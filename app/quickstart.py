@@ -16,21 +16,28 @@ DEFAULT_LLM = "smollm2-135m-instruct"
 DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 
 
-def _ready(model_dir: Path) -> bool:
+def _ready(model_dir: Path, quant: str = "none") -> bool:
     try:
-        load_manifest(model_dir)  # verifies every file's sha256
-        return True
+        m = load_manifest(model_dir)  # verifies every file's sha256
     except ManifestError as e:
         if model_dir.exists():
             log.info("rebuilding %s: %s", model_dir, e)
         return False
+    if m.quantization.get("recipe", "none") != quant:
+        log.info("rebuilding %s: it is a %s build, %s is wanted", model_dir, m.quantization.get("recipe"), quant)
+        return False
+    return True
 
 
-def ensure_default_models(models_dir: Path) -> tuple[Path, Path]:
-    llm_dir, embedder_dir = models_dir / DEFAULT_LLM, models_dir / DEFAULT_EMBEDDER
-    if not _ready(llm_dir):
-        log.info("building %s (context 1024, prefill 128 and 32) ...", DEFAULT_LLM)
-        build_llm(DEFAULT_LLM, llm_dir, context=1024, prefill=(128, 32))
+def ensure_default_models(models_dir: Path, backend: str = "cpu") -> tuple[Path, Path]:
+    """The CPU backend gets the int4 CPU target (GGUF blocks kept exactly, the fast build); HTP
+    gets the float graphs (fp16 on the NPU) in a directory of their own."""
+    quant, context = ("int4", 2048) if backend == "cpu" else ("none", 1024)
+    llm_dir = models_dir / (DEFAULT_LLM if backend == "cpu" else f"{DEFAULT_LLM}-float")
+    embedder_dir = models_dir / DEFAULT_EMBEDDER
+    if not _ready(llm_dir, quant):
+        log.info("building %s (%s, context %d, prefill 128 and 32) ...", DEFAULT_LLM, quant, context)
+        build_llm(DEFAULT_LLM, llm_dir, context=context, prefill=(128, 32), quant=quant)
     if not _ready(embedder_dir):
         log.info("building %s (batch 8, 128 tokens) ...", DEFAULT_EMBEDDER)
         build_embedder(DEFAULT_EMBEDDER, embedder_dir, batch=8, seq=128)
