@@ -38,7 +38,8 @@ def gate_metrics(report: dict) -> dict[str, float]:
     if "fact_rate" in report["answers"]:
         gate["answers.fact_rate"] = report["answers"]["fact_rate"]
         gate["answers.cited_rate"] = report["answers"]["cited_rate"]
-    gate["speed.decode_ratio"] = report["speed"]["decode_ratio"]
+    if "decode_ratio" in report["speed"]:
+        gate["speed.decode_ratio"] = report["speed"]["decode_ratio"]
     return gate
 
 

@@ -58,8 +58,11 @@ def device_weight_bytes(m, model_dir: Path, builds: list[dict]) -> tuple[int, st
     if shared:  # what a device really loads: one binary for prefill and decode
         return min(sum(b["binaries"].values()) for b in shared), f"shared context binary ({shared[0]['target']})"
     weights = (model_dir / m.weights_file).stat().st_size
-    if (m.quantization or {}).get("recipe", "none") == "none":
+    quant = m.quantization or {}
+    if quant.get("recipe", "none") == "none":
         return weights // 2, "fp32 weights file ÷ 2 (HTP runs float graphs in fp16)"
+    if quant.get("format") == "MatMulNBits":  # hexrag's CPU target: its bytes, as if an HTP build matched them
+        return weights, "CPU-target int4/int8 weights file (HTP builds start from the float graphs: w4a16 is the match)"
     return weights, "quantized weights file"
 
 
