@@ -53,14 +53,16 @@ def bench() -> None:
 @click.option("--gen", default=128, show_default=True, help="Tokens generated per run (end of sequence ignored).")
 @click.option("--runs", default=3, show_default=True, help="Interleaved runs per system (medians are printed).")
 @click.option("--threads", default=2, show_default=True, help="CPU threads for every system.")
+@click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
+              help="hexrag's backend (htp: the NPU on a Snapdragon device; on x86 the slow simulator).")
 @_json
 @_friendly
-def bench_llm(model_dir, peers, gguf, genai_model, lengths, gen, runs, threads, as_json) -> None:
+def bench_llm(model_dir, peers, gguf, genai_model, lengths, gen, runs, threads, backend, as_json) -> None:
     """hexrag's CPU backend vs its peers: TTFT, prefill and decode tok/s, peak RSS, with ratios."""
     from app.bench.llm_speed import compare, format_table, parse_peers
 
     result = compare(model_dir, parse_peers(peers), _ints(lengths), gen, runs, threads, gguf=gguf,
-                     genai_model=genai_model, progress=not as_json)
+                     genai_model=genai_model, backend=backend, progress=not as_json)
     if as_json:
         _echo_json(result.to_dict())
     else:

@@ -142,3 +142,8 @@ def test_bench_build_metrics_from_a_compiled_model(tiny_builds, tmp_path):
     (model / "manifest.json").write_text(json.dumps(manifest))
     proc = cli("bench", "build", "--model", str(model))
     assert proc.exit_code == 0 and "| sm8650 | sim | 3 | 100% |" in proc.stdout, proc.stdout
+
+    # the same side-by-side command measures hexrag on HTP (here the x86 simulator, a tiny run)
+    proc = cli("bench", "llm", "--model", str(model), "--backend", "htp", "--vs", "", "--lengths", "4", "--gen", "2",
+               "--runs", "1", "--threads", "1")
+    assert proc.exit_code == 0 and "hexrag on htp" in proc.stdout, proc.stderr

@@ -64,6 +64,7 @@ class Comparison:
     runs: int
     threads: int
     systems: list[SystemResult]
+    backend: str = "cpu"
 
     def summary(self) -> dict:
         """Medians per system (what --json prints, next to the raw runs)."""
@@ -86,7 +87,7 @@ class Comparison:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "lengths": self.lengths, "gen": self.gen, "runs": self.runs,
-                "threads": self.threads, "medians": self.summary(),
+                "threads": self.threads, "backend": self.backend, "medians": self.summary(),
                 "systems": [asdict(s) for s in self.systems]}
 
 
@@ -122,7 +123,8 @@ def _spawn(spec: RunSpec) -> dict:
 
 
 def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, runs: int, threads: int,
-            gguf: Path | None = None, genai_model: Path | None = None, progress: bool = True) -> Comparison:
+            gguf: Path | None = None, genai_model: Path | None = None, backend: str = "cpu",
+            progress: bool = True) -> Comparison:
     from tqdm import tqdm
 
     from models.manifest import load_manifest
@@ -146,13 +148,15 @@ def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, run
                 bar.set_postfix_str(s.name)
                 if s.status is None:
                     try:
-                        s.runs.append(_spawn(RunSpec(s.name, s.model, list(lengths), gen, threads)))
+                        spec = RunSpec(s.name, s.model, list(lengths), gen, threads,
+                                       backend if s.name == "hexrag" else "cpu")
+                        s.runs.append(_spawn(spec))
                     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
                         if s.name == "hexrag":
                             raise BenchError(f"hexrag run failed: {e}") from None
                         s.status, s.runs = f"failed: {e}", []
                 bar.update()
-    return Comparison(str(model_dir), list(lengths), gen, runs, threads, systems)
+    return Comparison(str(model_dir), list(lengths), gen, runs, threads, systems, backend)
 
 
 def _cell(value: float, ref: float | None, fmt: str) -> str:
@@ -184,7 +188,7 @@ def format_table(c: Comparison) -> str:
             *[cell("ttft_ms", ".0f", n) for n in c.lengths], cell("prefill_tok_s", ".0f", big),
             cell("decode_tok_s", ".1f"), cell("peak_rss_mb", ".0f")]) + " |")
     notes = [f"medians of {c.runs} interleaved run(s), one process per run; {c.gen} generated tokens, greedy, "
-             f"{c.threads} thread(s); decode = median over the prompt lengths; (n×) = peer ÷ hexrag (TTFT and RSS: lower is better; tok/s: higher is better)"]
+             f"{c.threads} thread(s); hexrag on {c.backend}, peers on the CPU; decode = median over the prompt lengths; (n×) = peer ÷ hexrag (TTFT and RSS: lower is better; tok/s: higher is better)"]
     if any(not r.get("same_prompt_ids_as_hexrag", True) for r in medians.values()):
         notes.append("* its tokenizer cut the same text into different ids than hexrag's")
     return "\n".join(lines + [""] + notes)

@@ -31,6 +31,7 @@ class RunSpec:
     lengths: list[int]
     gen: int
     threads: int
+    backend: str = "cpu"  # hexrag only: "htp" measures the NPU (on a device; on x86 the simulator)
 
 
 def repeat_to(ids: list[int], n: int) -> list[int]:
@@ -77,7 +78,7 @@ def run_hexrag(spec: RunSpec) -> dict:
     from runtime.bench import prompt_of, run_lengths
     from runtime.llm import LLM
 
-    llm = LLM(spec.model, threads=spec.threads)
+    llm = LLM(spec.model, backend=spec.backend, threads=spec.threads)
     llm.stop_ids = set()  # exactly `gen` tokens
     llm.generate(prompt_of(llm, warmup_length(spec)), max_new_tokens=WARMUP_GEN).run()
     rows = run_lengths(llm, spec.lengths, spec.gen, runs=1)
