@@ -28,7 +28,7 @@ FULL_EVAL_SAMPLES, FULL_EVAL_TOKENS = 8, 128  # held-out text for the real LLM: 
 ANSWER_MAX_TOKENS = 96
 
 
-def _commit() -> str | None:
+def commit() -> str | None:
     repo = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -131,7 +131,7 @@ def run_report(quick: bool, llm: Path | None = None, embedder: Path | None = Non
                 if path is not None:
                     _check_model(path, "model", flag)
         report = {"mode": "quick" if quick else "full", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "commit": _commit(), "versions": _versions(),
+                  "commit": commit(), "versions": _versions(),
                   "models": {"llm": str(llm), "embedder": str(embedder), "quantized_llm": str(quantized_llm),
                              "quantized_embedder": str(quantized_embedder)} if not quick else "tiny random-weight models"}
         log.info("eval: retrieval on the sample KB")
