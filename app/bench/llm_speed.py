@@ -85,6 +85,12 @@ class Comparison:
             }
         return out
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Comparison:
+        """Back from `to_dict()` (a saved --json run), e.g. to draw it again."""
+        return cls(d["model"], d["lengths"], d["gen"], d["runs"], d["threads"],
+                   [SystemResult(**s) for s in d["systems"]], d.get("backend", "cpu"))
+
     def to_dict(self) -> dict:
         return {"model": self.model, "lengths": self.lengths, "gen": self.gen, "runs": self.runs,
                 "threads": self.threads, "backend": self.backend, "medians": self.summary(),

@@ -1,6 +1,8 @@
 """`hexrag bench llm --plot FILE.png`: the medians as a picture, TTFT and decode speed per prompt length.
 
-matplotlib is optional (the `peers` extra), like the peers themselves.
+matplotlib is optional and kept out of the `peers` extra: installed next to hexrag it also switches
+on build_scripts' quantization-report plot, which today fails on LLM reports (it reads the
+"widest tensor" column as a number).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ def plot_comparison(c, path: Path, title: str) -> Path:
         matplotlib.use("Agg")  # no display: write the file only
         import matplotlib.pyplot as plt
     except ImportError:
-        raise BenchError("--plot needs matplotlib: pip install -e '.[peers]'") from None
+        raise BenchError("--plot needs matplotlib (pip install matplotlib)") from None
     medians = {name: m for name, m in c.summary().items() if "ttft_ms" in m}
     fig, (ttft, decode) = plt.subplots(1, 2, figsize=(11, 4.2))
     width = 0.8 / len(medians)
