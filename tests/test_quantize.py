@@ -120,6 +120,8 @@ def test_w8a16_manifest_graphs_and_shared_kv_encoding(w8, tiny_builds):
     assert "Activation ranges per layer" in report and "| 0 |" in report and "| 1 |" in report
     ranges = json.loads((d / "quantization_ranges.json").read_text())
     assert set(ranges) == {g.name for g in m.graphs}
+    png = d / "quantization_ranges.png"  # the per-layer plot (matplotlib comes with the test extra)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     # one shared weights file, far smaller than the float one
     assert m.weights_file == "weights.data" and not any(p.name.endswith(".prep.data") for p in d.iterdir())
     assert (d / "weights.data").stat().st_size < 0.5 * (tiny_builds["llama"] / "weights.data").stat().st_size

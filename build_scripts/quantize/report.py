@@ -138,7 +138,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def write_report(path: Path, title: str, metrics: dict[str, Any], tables: dict[str, tuple[list[str], list[list[str]]]],
                  ranges: dict[str, dict[str, tuple[float, float, str]]], extra: dict[str, Any]) -> list[Path]:
     """`<path>.md` (metrics + per-layer tables) and `<path>_ranges.json` (every activation's range per
-    graph); a PNG of the per-layer ranges too when matplotlib happens to be installed."""
+    graph); a PNG of the per-layer ranges too when matplotlib is installed (the `report` extra)."""
     md = [f"# {title}", "", "## Accuracy vs float (held-out text)", ""]
     md += [f"- {k}: {v}" for k, v in metrics.items()]
     md += ["", "## Build", ""] + [f"- {k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in extra.items()]
@@ -171,8 +171,10 @@ def _plot(path: Path, tables) -> Path | None:
         return None
     name, (header, rows) = next(iter(tables.items()))
     fig, ax = plt.subplots(figsize=(10, 5))
-    for j, col in enumerate(header[1:-1]):
-        ys = [float(r[j + 1]) if r[j + 1] else np.nan for r in rows]
+    for j, col in enumerate(header[1:], start=1):
+        ys = [_number(r[j]) for r in rows]
+        if any(y is None for y in ys):  # a text column (the widest tensor's name): not a range
+            continue
         ax.plot([int(r[0]) for r in rows], ys, marker="o", label=col)
     ax.set_yscale("log")
     ax.set_xlabel("layer")
@@ -183,3 +185,13 @@ def _plot(path: Path, tables) -> Path | None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _number(cell) -> float | None:
+    """A table cell as a float (empty: NaN), None when it is text."""
+    if cell in ("", None):
+        return np.nan
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        return None
