@@ -166,6 +166,8 @@ def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, run
 
 
 def _cell(value: float, ref: float | None, fmt: str) -> str:
+    if fmt == ".0f" and value < 10:  # a tiny model's sub-10 ms TTFT must not print as "0"
+        fmt = ".1f"
     text = format(value, fmt)
     return f"{text} ({value / ref:.2f}×)" if ref else text
 
