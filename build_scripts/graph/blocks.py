@@ -114,7 +114,9 @@ _LAYOUTS = {
     "Q4_K": np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)]),
     "Q6_K": np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]),
 }
-EXACT_BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q8_0": 8, "Q6_K": 8}
+# the MatMulNBits format each of them maps onto: (bits, block, zero points?, min term?)
+EXACT_FORMATS = {"Q4_0": (4, 32, False, False), "Q4_1": (4, 32, True, True), "Q4_K": (4, 32, True, True),
+                 "Q8_0": (8, 32, False, False), "Q6_K": (8, 16, False, False)}
 
 
 def from_gguf(qtype: str, raw: np.ndarray) -> BlockWeight | None:
@@ -162,11 +164,6 @@ CPU_RECIPES = {
             "integer kernels (accuracy level 4)",
 }
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations: the fast integer kernels
-
-
-# the MatMulNBits format each GGUF type maps onto exactly: (bits, block, zero points?, min term?)
-EXACT_FORMATS = {"Q4_0": (4, 32, False, False), "Q4_1": (4, 32, True, True), "Q4_K": (4, 32, True, True),
-                 "Q8_0": (8, 32, False, False), "Q6_K": (8, 16, False, False)}
 
 
 class BlockRecipe:
