@@ -12,8 +12,10 @@ import argparse
 import resource
 import statistics
 import time
+from typing import TYPE_CHECKING
 
-from runtime.llm import LLM
+if TYPE_CHECKING:  # the peers' benchmark processes import this module: keep it light
+    from runtime.llm import LLM
 
 # real in-car text; app.bench tokenizes the same text with each peer's own tokenizer
 BENCH_TEXT = (
@@ -28,9 +30,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def repeat_to(ids: list[int], n: int) -> list[int]:
+    """`ids` repeated and cut to exactly n tokens."""
+    return (ids * (n // max(len(ids), 1) + 1))[:n]
+
+
 def prompt_of(llm: LLM, n: int) -> list[int]:
-    ids = llm.encode(BENCH_TEXT)
-    return (ids * (n // len(ids) + 1))[:n]
+    return repeat_to(llm.encode(BENCH_TEXT), n)
 
 
 def run_lengths(llm: LLM, lengths: list[int], gen: int, runs: int) -> list[dict]:
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
+    from runtime.llm import LLM
+
     llm = LLM(args.model, backend=args.backend, threads=args.threads)
     load_s = time.perf_counter() - t0
     llm.stop_ids = set()  # exactly --gen tokens per run

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import resource
 import sys
 import time
 from dataclasses import dataclass
 from importlib import metadata
+
+from runtime.bench import BENCH_TEXT, peak_rss_mb, repeat_to
 
 # the warm-up prompt spans one full 128-token chunk and a remainder, so every graph or kernel
 # the measured prompts use has run once before the clock starts
@@ -32,10 +33,6 @@ class RunSpec:
     gen: int
     threads: int
     backend: str = "cpu"  # hexrag only: "htp" measures the NPU (on a device; on x86 the simulator)
-
-
-def repeat_to(ids: list[int], n: int) -> list[int]:
-    return (ids * (n // max(len(ids), 1) + 1))[:n]
 
 
 def warmup_length(spec: RunSpec) -> int:
@@ -67,6 +64,7 @@ def measure(spec: RunSpec, text_ids: list[int], generate) -> list[dict]:
 
 
 def _version(package: str) -> str:
+    # not models.manifest.package_versions: its pydantic import would count in a peer's peak RSS
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -92,8 +90,6 @@ def run_hexrag(spec: RunSpec) -> dict:
 def run_llama_cpp(spec: RunSpec) -> dict:
     import numpy as np
     from llama_cpp import Llama
-
-    from runtime.bench import BENCH_TEXT
 
     llm = Llama(model_path=spec.model, n_ctx=max(spec.lengths) + spec.gen + WARMUP_GEN, n_threads=spec.threads,
                 n_threads_batch=spec.threads, n_batch=512, logits_all=False, verbose=False, seed=0)
@@ -121,8 +117,6 @@ def run_llama_cpp(spec: RunSpec) -> dict:
 # ---- ONNX Runtime GenAI ------------------------------------------------------------------------------
 def run_genai(spec: RunSpec) -> dict:
     import onnxruntime_genai as og
-
-    from runtime.bench import BENCH_TEXT
 
     config = og.Config(spec.model)
     config.overlay(json.dumps({"model": {"decoder": {"session_options": {
@@ -153,7 +147,7 @@ RUNNERS = {"hexrag": run_hexrag, "llama.cpp": run_llama_cpp, "genai": run_genai}
 def main(argv: list[str]) -> int:
     spec = RunSpec(**json.loads(argv[0]))
     result = RUNNERS[spec.system](spec)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    result["peak_rss_mb"] = peak_rss_mb()
     sys.stdout.flush()
     print("\n" + json.dumps(result))
     return 0
