@@ -91,12 +91,17 @@ def build() -> None:
 _VARIANTS = {"sim": [False], "shared": [True], "both": [False, True]}
 
 
+def _target_names(targets: tuple[str, ...]) -> list[str]:
+    """--target values (repeatable, comma-separated) as a list, `cpu` (no compilation) left out."""
+    return [t.strip() for spec in targets for t in spec.split(",") if t.strip() and t.strip() != "cpu"]
+
+
 def _compile(model_dir: Path, targets: tuple[str, ...], variant: str) -> None:
     """Compile a built model for HTP targets and record the builds in its manifest."""
     from build_scripts.compile import compile_model_dir, record_target
 
-    names = [t.strip() for spec in targets for t in spec.split(",") if t.strip()]
-    if not names or names == ["cpu"]:
+    names = _target_names(targets)
+    if not names:
         return  # --target cpu: the ONNX graphs are the CPU build
     for shared in _VARIANTS[variant]:
         record_target(model_dir, compile_model_dir(model_dir, names, shared=shared))
@@ -160,7 +165,7 @@ def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samp
 
 
 def _check_cpu_quant(quant: str, targets: tuple[str, ...]) -> None:
-    names = {t.strip() for spec in targets for t in spec.split(",") if t.strip()} - {"cpu"}
+    names = set(_target_names(targets))
     if quant in _CPU_QUANT and names:
         raise click.UsageError(f"--quant {quant} builds MatMulNBits graphs for the CPU backend; HTP targets "
                                f"({', '.join(sorted(names))}) need --quant w8a16, w4a16 or none")

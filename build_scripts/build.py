@@ -12,7 +12,6 @@ import os
 import shutil
 import tempfile
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 import onnx
@@ -28,7 +27,8 @@ from build_scripts.graph.decoder import build_decoder_graph
 from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
 from build_scripts.weights.loaders import LoadedModel, load_weights
 from models.contract import DYNAMIC, MASK_VALUE
-from models.manifest import GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, hash_directory, sha256_file
+from models.manifest import (GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, hash_directory,
+                             package_versions, sha256_file)
 
 log = logging.getLogger(__name__)
 WEIGHTS_FILE = "weights.data"
@@ -82,11 +82,7 @@ def _graph_spec(model: onnx.ModelProto, kind: str, file: str, seq: int, batch: i
 
 
 def _versions() -> dict[str, str]:
-    out = {}
-    for pkg in ("hexrag", "onnx", "onnxruntime", "gguf", "tokenizers"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[pkg] = metadata.version(pkg)
-    return out
+    return package_versions("hexrag", "onnx", "onnxruntime", "gguf", "tokenizers")
 
 
 def _source(model: LoadedModel) -> SourceSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,6 +83,17 @@ class Manifest(BaseModel):
         tmp = directory / (MANIFEST + ".tmp")
         tmp.write_text(self.model_dump_json(indent=2) + "\n")
         os.replace(tmp, directory / MANIFEST)
+
+
+def package_versions(*packages: str) -> dict[str, str]:
+    """Installed versions of `packages` (absent ones left out), as manifests and reports record them."""
+    out = {}
+    for pkg in packages:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -150,11 +150,10 @@ class _StepBuffers:
 
     def __init__(self, graph, cache: StaticKVCache, context: int):
         self.graph, self.cache = graph, cache
-        s = graph.seq
-        full = {t.name: [context + s if (t.name == "attention_mask" and i == 3) else (context if n == DYNAMIC else n)
-                         for i, n in enumerate(t.shape)] for t in graph.inputs}
-        self._own = {t.name: np.zeros(full[t.name], t.dtype) for t in graph.inputs
-                     if not t.name.startswith(("past_key_", "past_value_"))}
+        # the KV inputs are the cache's; of the rest only the mask [1,1,S,P+S] can be symbolic: sized
+        # for the whole context here, `at` gives graphs a prefix of it
+        self._own = {t.name: np.zeros([context + graph.seq if n == DYNAMIC else n for n in t.shape], t.dtype)
+                     for t in graph.inputs if not t.name.startswith(("past_key_", "past_value_"))}
         self.outputs = {t.name: np.zeros(t.shape, t.dtype) for t in graph.outputs}
         self._at: dict[int, dict[str, np.ndarray]] = {}
 
@@ -169,8 +168,8 @@ class _StepBuffers:
                 elif kind == "past_value":
                     inputs[t.name] = values[int(layer)]
                 elif t.name == "attention_mask":  # [1,1,S,slots+S]: a prefix of the full buffer
-                    seq = self.graph.seq
-                    inputs[t.name] = self._own[t.name].reshape(-1)[:seq * (slots + seq)].reshape(1, 1, seq, slots + seq)
+                    s = self.graph.seq
+                    inputs[t.name] = self._own[t.name].reshape(-1)[:s * (slots + s)].reshape(1, 1, s, slots + s)
                 else:
                     inputs[t.name] = self._own[t.name]
             self._at[slots] = inputs

@@ -16,11 +16,11 @@ import subprocess
 import tempfile
 import time
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 from app.bench.baseline import gate_metrics
 from app.bench.errors import BenchError
+from models.manifest import package_versions
 
 log = logging.getLogger(__name__)
 EVAL_QUESTIONS = "eval_questions.jsonl"
@@ -38,16 +38,6 @@ def commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+dirty" if dirty else "")
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for pkg in ("hexrag", "onnxruntime", "onnx"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def _sample_kb(kb_dir: Path, embedder_dir: Path):
@@ -131,7 +121,7 @@ def run_report(quick: bool, llm: Path | None = None, embedder: Path | None = Non
                 if path is not None:
                     _check_model(path, "model", flag)
         report = {"mode": "quick" if quick else "full", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "commit": commit(), "versions": _versions(),
+                  "commit": commit(), "versions": package_versions("hexrag", "onnxruntime", "onnx"),
                   "models": {"llm": str(llm), "embedder": str(embedder), "quantized_llm": str(quantized_llm),
                              "quantized_embedder": str(quantized_embedder)} if not quick else "tiny random-weight models"}
         log.info("eval: retrieval on the sample KB")

@@ -20,6 +20,7 @@ path every weight took.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,7 +184,7 @@ class BlockRecipe:
 
     def _plan(self, name: str) -> tuple[tuple[int, int, bool, bool], bool]:
         """(format, exact?) of `name`, decided from how the source stores it."""
-        stored, _ = self.weights.stored(name)
+        stored = self.weights.stored_type(name)
         exact = EXACT_FORMATS.get(stored)
         if exact and (self.name == "int4" or exact[0] == 8):
             return exact, True
@@ -216,8 +217,6 @@ class BlockRecipe:
         return bw
 
     def summary(self) -> dict:
-        counts: dict[str, int] = {}
-        for origin in self.origins.values():
-            counts[origin] = counts.get(origin, 0) + 1
+        counts = dict(Counter(self.origins.values()))
         return {"recipe": self.name, "format": "MatMulNBits", "accuracy_level": ACCURACY_LEVEL,
                 "description": CPU_RECIPES[self.name], "weights": counts, "linear_bytes": self.bytes}

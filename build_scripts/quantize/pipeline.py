@@ -20,7 +20,6 @@ import shutil
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from build_scripts.quantize import qdq
 from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
-from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest
+from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest, package_versions
 from runtime.decoder import START_GRAPH
 
 log = logging.getLogger(__name__)
@@ -73,16 +72,6 @@ def _copy_support_files(src: Path, m: Manifest, dest: Path) -> None:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, target)
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for pkg in ("onnxruntime", "onnx"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def _kv_ranges(calib: cal_mod.LLMCalibration, margin: float) -> dict[str, tuple[float, float]]:
@@ -297,7 +286,7 @@ def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: di
     new.weights_file = WEIGHTS_FILE
     new.quantization = quantization
     new.target = {"backend": "cpu"}  # HTP builds of the float graphs do not apply: compile again
-    new.versions = {**m.versions, **_versions()}
+    new.versions = {**m.versions, **package_versions("onnxruntime", "onnx")}
     for g in new.graphs:
         onnx.save(models[g.name], str(tmp / g.file))
     new.files = hash_directory(tmp)

@@ -117,6 +117,12 @@ class Weights:
         fix = self._fixups.get(name)
         return fix(arr) if fix else arr
 
+    def stored_type(self, name: str) -> str:
+        """The GGUF type name `name` is stored as ("float" for other sources)."""
+        if self._raw is None or name not in self._names:
+            return "float"
+        return self._raw(self._names[name])[0]
+
     def stored(self, name: str) -> tuple[str, np.ndarray | None]:
         """How the source stores `name`: (GGUF type name, its raw rows [N, row bytes] with the same
         row fixups as the float view) for GGUF, ("float", None) otherwise."""
