@@ -26,7 +26,7 @@ from build_scripts.graph.builder import WeightStore
 from build_scripts.graph.decoder import build_decoder_graph
 from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
 from build_scripts.weights.loaders import LoadedModel, load_weights
-from models.contract import DYNAMIC, MASK_VALUE
+from models.contract import MASK_VALUE
 from models.manifest import (GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, hash_directory,
                              package_versions, sha256_file)
 
@@ -74,7 +74,7 @@ def _tokenizer(model: LoadedModel) -> GGUFTokenizer:
 def _graph_spec(model: onnx.ModelProto, kind: str, file: str, seq: int, batch: int = 1) -> GraphSpec:
     def specs(values) -> list[TensorSpec]:
         return [TensorSpec(name=v.name, dtype=_DTYPE_NAMES[v.type.tensor_type.elem_type],
-                           shape=[DYNAMIC if d.dim_param else d.dim_value for d in v.type.tensor_type.shape.dim])
+                           shape=[d.dim_value for d in v.type.tensor_type.shape.dim])
                 for v in values]
 
     return GraphSpec(name=Path(file).stem, kind=kind, file=file, seq=seq, batch=batch,

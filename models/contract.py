@@ -1,9 +1,18 @@
 """The graph I/O contract: names, dtypes and shapes both the builder and the runtime derive from.
 
-Decoder graphs take S new tokens and C cache slots:
+Decoder graphs take S new tokens and C cache slots, in one of two KV contracts:
+- "rows" (the NPU graphs): the host masks, rotates and stores; the graph returns the new rows.
   input_ids [1,S] int32 · rope_cos/rope_sin [1,1,S,d/2] · attention_mask [1,1,S,C+S] (additive,
   bounded: MASK_VALUE, never -inf) · past_key_i [1,KV,d,C] (keys transposed) · past_value_i [1,KV,C,d]
   → logits [1,1,V] (last position only) · new_key_i [1,KV,d,S] · new_value_i [1,KV,S,d].
+  Chunks are left-padded, so the last position is the last real token.
+- "inplace" (the CPU target): ONNX Runtime's GroupQueryAttention writes the S new rows into the
+  cache buffers at the filled length and attends over the filled length only.
+  input_ids [1,S] int32 (right-padded) · last_index [1] int64 (S > 1: the last real token) ·
+  seqlens_k [1] int32 (= filled + S - 1) · total_sequence_length [] int32 (= filled + S) ·
+  past_key_i/past_value_i [1,KV,C,d] → logits [1,1,V] · present_key_i/present_value_i [1,KV,C,d],
+  bound to the very buffers given as past (ORT shares them when the addresses match). Padding
+  rows land past the filled length and are overwritten by the next step.
 Embedder graphs: input_ids, attention_mask [B,L] int32 → embeddings [B,H] (mean pooled, L2 normalised).
 """
 
@@ -34,26 +43,34 @@ def _t(name: str, dtype: str, shape: list[int]) -> TensorSpec:
     return TensorSpec(name=name, dtype=dtype, shape=shape)
 
 
-DYNAMIC = -1  # a symbolic dimension in a TensorSpec shape (ONNX dim_param)
-
-
 def decoder_io(n_layers: int, n_kv_heads: int, head_dim: int, vocab: int, seq: int, context: int,
-               kv_dtype: str = "float32", dynamic_past: bool = False) -> GraphIO:
-    """`dynamic_past` (the CPU target): the cache-slot dimension P is symbolic (DYNAMIC), so the
-    runtime can bind just the filled prefix of its static buffers; HTP graphs are fully static."""
-    kv, d, s = n_kv_heads, head_dim, seq
-    c = DYNAMIC if dynamic_past else context
+               kv_dtype: str = "float32", inplace: bool = False) -> GraphIO:
+    """The "rows" contract, or with `inplace` the CPU target's (see the module docstring)."""
+    kv, d, s, c = n_kv_heads, head_dim, seq, context
+    outputs = [_t("logits", "float32", [1, 1, vocab])]
+    if inplace:
+        inputs = [_t("input_ids", "int32", [1, s])]
+        inputs += [_t("last_index", "int64", [1])] if s > 1 else []
+        inputs += [_t("seqlens_k", "int32", [1]), _t("total_sequence_length", "int32", [])]
+        for i in range(n_layers):
+            inputs += [_t(f"past_key_{i}", kv_dtype, [1, kv, c, d]), _t(f"past_value_{i}", kv_dtype, [1, kv, c, d])]
+            outputs += [_t(f"present_key_{i}", kv_dtype, [1, kv, c, d]), _t(f"present_value_{i}", kv_dtype, [1, kv, c, d])]
+        return GraphIO(tuple(inputs), tuple(outputs))
     inputs = [
         _t("input_ids", "int32", [1, s]),
         _t("rope_cos", "float32", [1, 1, s, d // 2]),
         _t("rope_sin", "float32", [1, 1, s, d // 2]),
-        _t("attention_mask", "float32", [1, 1, s, DYNAMIC if dynamic_past else c + s]),
+        _t("attention_mask", "float32", [1, 1, s, c + s]),
     ]
-    outputs = [_t("logits", "float32", [1, 1, vocab])]
     for i in range(n_layers):
         inputs += [_t(f"past_key_{i}", kv_dtype, [1, kv, d, c]), _t(f"past_value_{i}", kv_dtype, [1, kv, c, d])]
         outputs += [_t(f"new_key_{i}", kv_dtype, [1, kv, d, s]), _t(f"new_value_{i}", kv_dtype, [1, kv, s, d])]
     return GraphIO(tuple(inputs), tuple(outputs))
+
+
+def is_inplace(graph_inputs) -> bool:
+    """Whether a decoder graph (its input specs) follows the "inplace" KV contract."""
+    return any(t.name == "seqlens_k" for t in graph_inputs)
 
 
 def embedder_io(batch: int, seq: int, hidden: int) -> GraphIO:
@@ -65,7 +82,8 @@ def embedder_io(batch: int, seq: int, hidden: int) -> GraphIO:
 
 def rotary_tables(positions, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin [len(positions), head_dim/2] for rotate-half rotary: the host feeds rows of these
-    as `rope_cos`/`rope_sin`, so the graph holds no position arithmetic."""
+    as `rope_cos`/`rope_sin`, so NPU graphs hold no position arithmetic (CPU-target graphs keep
+    the whole table as GroupQueryAttention's cos/sin cache)."""
     inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

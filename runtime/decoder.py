@@ -2,8 +2,10 @@
 
 `Decoder.feed(ids)` appends tokens to the cache through the graphs and returns the logits of
 the last one. Prompts go through the largest prefill bucket in chunks; the rest goes through
-the smallest bucket that holds it (the decode graph for a single token), left-padded so the
-graph's last-position logits belong to the last real token, its padding masked out.
+the smallest bucket that holds it (the decode graph for a single token), padded: on the left
+for the NPU graphs ("rows" KV contract: the host masks the padding and stores the new rows), on
+the right for the CPU target ("inplace": the graph writes its rows into the cache, the padding
+rows land past the filled length). See models/contract.py.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.contract import DYNAMIC, rotary_tables
+from models.contract import is_inplace, rotary_tables
 from models.manifest import load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.graphs import graph_paths
@@ -45,17 +47,15 @@ class Decoder:
         self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
         self.n_layers = arch["n_layers"]
         self.kv_dtype, fill = _kv_layout(m, self.n_layers)
+        self.inplace = is_inplace(m.graphs[0].inputs)
         self.cache = StaticKVCache(self.n_layers, arch["n_kv_heads"], arch["head_dim"], self.context,
-                                   dtype=self.kv_dtype, fill=fill)
-        self._cos, self._sin = rotary_tables(np.arange(self.context), arch["head_dim"], arch["rope_theta"])
+                                   dtype=self.kv_dtype, fill=fill, keys_transposed=not self.inplace)
+        if not self.inplace:  # the rows contract takes each step's rotary rows from the host
+            self._cos, self._sin = rotary_tables(np.arange(self.context), arch["head_dim"], arch["rope_theta"])
         self.tokens: list[int] = []  # what the cache holds, in order
-        # CPU-target graphs take a symbolic number of cache slots: they get the filled prefix,
-        # rounded up to `slot_step` slots so the cache is re-strided only every slot_step tokens
-        self.dynamic_past = any(DYNAMIC in t.shape for g in m.graphs for t in g.inputs if t.name == "past_key_0")
-        self.slot_step = 64
-        # every graph's inputs and outputs, allocated once; the KV inputs are the cache itself
-        self.io = {g.seq: _StepBuffers(g, self.cache, self.context) for g in m.graphs if g.name != START_GRAPH}
-        self._bindings: dict[tuple, tuple] = {}  # (id(session), slots) -> (session, its binding)
+        # every graph's inputs and outputs, allocated once; the KV I/O is the cache itself
+        self.io = {g.seq: _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
+        self._bindings: dict[int, tuple] = {}  # id(session) -> (session, its binding)
 
     @property
     def vocab(self) -> int:
@@ -91,26 +91,30 @@ class Decoder:
 
         One padded run beats several smaller ones: a graph's cost is mostly reading its weights,
         so 20 tokens go through the 32-bucket once, never through the decode graph 20 times.
+        In-place graphs write all S rows, padding included, so they must fit in the free slots.
         """
-        if remaining >= self.buckets[0]:
-            return self.buckets[0]
-        return min(b for b in self.buckets if b >= remaining)
-
-    def _slots(self, n: int) -> int:
-        """Cache slots the next run's graph sees: all of them for static graphs, else the filled
-        prefix plus the `n` new rows, rounded up to slot_step (never less than the current stride)."""
-        if not self.dynamic_past:
-            return self.context
-        need = -(-(self.cache.length + n) // self.slot_step) * self.slot_step
-        return min(self.context, max(need, self.cache.stride if self.cache.length else 0))
+        room = self.context - self.cache.length
+        fits = [b for b in self.buckets if b <= room] if self.inplace else self.buckets
+        if remaining >= fits[0]:
+            return fits[0]
+        return min(b for b in fits if b >= remaining)
 
     def _run(self, chunk: list[int], seq: int, session=None) -> np.ndarray:
-        n, pos = len(chunk), self.cache.length
-        c = self._slots(n)
-        self.cache.relayout(c)
-        pad = seq - n
+        n = len(chunk)
         io = self.io[seq]
-        inputs = io.at(c)
+        (self._inplace_inputs if self.inplace else self._rows_inputs)(io.inputs, chunk, seq)
+        out = self._execute(session or self.sessions[seq], io.inputs, io.outputs)
+        if not self.inplace:
+            for i in range(self.n_layers):
+                self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
+        self.cache.advance(n)
+        self.tokens.extend(chunk)
+        return out["logits"][0, 0].copy()  # the buffer is overwritten by the next step
+
+    def _rows_inputs(self, inputs: dict, chunk: list[int], seq: int) -> None:
+        """Left-padded ids, their rotary rows and the additive mask (padding and future masked)."""
+        n, pos, c = len(chunk), self.cache.length, self.context
+        pad = seq - n
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         ids[0, :pad] = 0
         ids[0, pad:] = chunk
@@ -122,70 +126,56 @@ class Decoder:
         mask[..., :pos] = 0.0  # every row sees the filled cache slots
         causal = np.tril(np.ones((n, n), bool))
         mask[0, 0, pad:, c + pad:][causal] = 0.0  # real rows see real new tokens up to themselves
-        out = self._execute(session or self.sessions[seq], inputs, io.outputs, c)
-        for i in range(self.n_layers):
-            self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
-        self.cache.advance(n)
-        self.tokens.extend(chunk)
-        return out["logits"][0, 0].copy()  # the buffer is overwritten by the next step
 
-    def _execute(self, session, inputs: dict, outputs: dict, slots: int) -> dict[str, np.ndarray]:
-        """Run through the session's I/O binding for this many cache slots (made on first use, then
-        reused: a step creates no tensors); a stand-in without `bind` (calibration, tests) gets
-        plain feeds."""
+    def _inplace_inputs(self, inputs: dict, chunk: list[int], seq: int) -> None:
+        """Right-padded ids and the lengths GroupQueryAttention derives positions and masks from."""
+        n, pos = len(chunk), self.cache.length
+        ids = inputs["input_ids"]
+        ids[0, :n] = chunk
+        ids[0, n:] = 0
+        inputs["seqlens_k"][0] = pos + seq - 1
+        inputs["total_sequence_length"][...] = pos + seq
+        if seq > 1:
+            inputs["last_index"][0] = n - 1
+
+    def _execute(self, session, inputs: dict, outputs: dict) -> dict[str, np.ndarray]:
+        """Run through the session's I/O binding (made on first use, then reused: a step creates no
+        tensors); a stand-in without `bind` (calibration, tests) gets plain feeds, its results
+        copied into the same output buffers (for in-place graphs: the cache)."""
         if not hasattr(session, "bind"):
-            return session.run(inputs)
-        key = (id(session), slots)
-        entry = self._bindings.get(key)
+            for name, value in session.run(inputs).items():
+                outputs[name][...] = value
+            return outputs
+        entry = self._bindings.get(id(session))
         if entry is None or entry[0] is not session:
-            entry = self._bindings[key] = (session, session.bind(inputs, outputs))
+            entry = self._bindings[id(session)] = (session, session.bind(inputs, outputs))
         session.run_bound(entry[1])
         return outputs
 
 
 class _StepBuffers:
-    """One graph's inputs and outputs as host arrays, allocated once at load: the KV inputs are
-    the cache's own buffers, the rest is filled in place every step. `at(slots)` gives the inputs
-    as a graph with that many cache slots sees them (a prefix view of the same memory)."""
+    """One graph's inputs and outputs as host arrays, allocated once at load and filled in place
+    every step. The KV inputs are the cache's own buffers, and so are an in-place graph's KV
+    outputs (present_key_i/present_value_i)."""
 
-    def __init__(self, graph, cache: StaticKVCache, context: int):
-        self.graph, self.cache = graph, cache
-        # the KV inputs are the cache's; of the rest only the mask [1,1,S,P+S] can be symbolic: sized
-        # for the whole context here, `at` gives graphs a prefix of it
-        self._own = {t.name: np.zeros([context + graph.seq if n == DYNAMIC else n for n in t.shape], t.dtype)
-                     for t in graph.inputs if not t.name.startswith(("past_key_", "past_value_"))}
-        self.outputs = {t.name: np.zeros(t.shape, t.dtype) for t in graph.outputs}
-        self._at: dict[int, dict[str, np.ndarray]] = {}
+    def __init__(self, graph, cache: StaticKVCache):
+        def own_or_cache(t):
+            kind, _, layer = t.name.rpartition("_")
+            if kind in ("past_key", "present_key"):
+                return cache.keys[int(layer)]
+            if kind in ("past_value", "present_value"):
+                return cache.values[int(layer)]
+            return np.zeros(t.shape, t.dtype)
 
-    def at(self, slots: int) -> dict[str, np.ndarray]:
-        if slots not in self._at:
-            keys, values = self.cache.views(slots)
-            inputs = {}
-            for t in self.graph.inputs:
-                kind, _, layer = t.name.rpartition("_")
-                if kind == "past_key":
-                    inputs[t.name] = keys[int(layer)]
-                elif kind == "past_value":
-                    inputs[t.name] = values[int(layer)]
-                elif t.name == "attention_mask":  # [1,1,S,slots+S]: a prefix of the full buffer
-                    s = self.graph.seq
-                    inputs[t.name] = self._own[t.name].reshape(-1)[:s * (slots + s)].reshape(1, 1, s, slots + s)
-                else:
-                    inputs[t.name] = self._own[t.name]
-            self._at[slots] = inputs
-        return self._at[slots]
-
-    @property
-    def inputs(self) -> dict[str, np.ndarray]:
-        """The inputs at the whole context (what static graphs always see)."""
-        return self.at(self.cache.slots)
+        self.inputs = {t.name: own_or_cache(t) for t in graph.inputs}
+        self.outputs = {t.name: own_or_cache(t) for t in graph.outputs}
 
 
 def _kv_layout(m, n_layers: int) -> tuple[np.dtype, list[tuple[int, int]] | None]:
     """The cache's element type from the graphs' KV I/O (every graph must agree) and, for a
     quantized cache, the zero point of each layer's key and value (what an empty slot holds)."""
     dtypes = {t.dtype for g in m.graphs for t in (*g.inputs, *g.outputs)
-              if t.name.startswith(("past_key_", "past_value_", "new_key_", "new_value_"))}
+              if t.name.startswith(("past_key_", "past_value_", "new_key_", "new_value_", "present_"))}
     if len(dtypes) > 1:
         raise RuntimeModelError(f"{m.name}: the graphs disagree on the KV cache type ({', '.join(sorted(dtypes))}); "
                                 f"rebuild the model")

@@ -73,8 +73,9 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
     assert m.quantization["recipe"] == "int4" and m.quantization["weights"] == exact
     graph = onnx.load(str(out / "decode.onnx"), load_external_data=False)
     ops = [n.op_type for n in graph.graph.node]
-    # every linear layer and the LM head, q/k/v and gate/up each stacked into one weight
-    assert ops.count("MatMulNBits") == 4 * tm.N_LAYER + 1 and ops.count("Split") == 2 * tm.N_LAYER
+    # every linear layer and the LM head, q/k/v and gate/up each stacked into one weight; packed
+    # q|k|v goes into the attention kernel as it is, only gate/up is split
+    assert ops.count("MatMulNBits") == 4 * tm.N_LAYER + 1 and ops.count("Split") == tm.N_LAYER
     assert not any(t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2 and min(t.dims) >= tm.HIDDEN
                    for t in graph.graph.initializer if not t.name.endswith(("mins_t", "scales")))
     prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
@@ -107,29 +108,37 @@ def test_unknown_cpu_quantization_is_refused(tiny_sources, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_cache_slots_follow_the_filled_length(q4_sources, tmp_path):
-    """CPU-target graphs see only the filled prefix of the cache (a symbolic slot count): the
-    cache is re-strided as it grows, and the logits stay those of the reference throughout."""
+def test_inplace_cache_to_the_last_slot(q4_sources, tmp_path):
+    """CPU-target graphs write their rows into the cache themselves (GroupQueryAttention over
+    the "inplace" contract): right-padded chunks, rewinds and steps up to the very last slot
+    all keep the reference's logits."""
     out = tmp_path / "q40"
-    build_llm(q4_sources / "q40.gguf", out, context=64, prefill=(16, 4), progress=False, quant="int4")
-    graph = load_manifest(out).graph("decode")
-    assert next(t for t in graph.inputs if t.name == "past_key_0").shape == [1, tm.N_KV_HEAD, tm.HEAD_DIM, -1]
+    build_llm(q4_sources / "q40.gguf", out, context=48, prefill=(16, 4), progress=False, quant="int4")
+    decode = load_manifest(out).graph("decode")
+    assert next(t for t in decode.inputs if t.name == "past_key_0").shape == [1, tm.N_KV_HEAD, 48, tm.HEAD_DIM]
+    ops = [n.op_type for n in onnx.load(str(out / "prefill_16.onnx"), load_external_data=False).graph.node]
+    assert ops.count("GroupQueryAttention") == tm.N_LAYER and "Softmax" not in ops
     dec = Decoder(out)
-    dec.slot_step = 8  # re-stride every 8 tokens instead of 64, to cross many boundaries
-    prompt = [int(t) for t in np.random.default_rng(5).integers(3, 290, size=21)]
-    logits, tokens, strides = [dec.feed(prompt)], list(prompt), [dec.cache.stride]
-    for _ in range(30):
+    assert all(dec.io[16].outputs[f"present_key_{i}"] is dec.cache.keys[i] is dec.io[1].inputs[f"past_key_{i}"]
+               for i in range(dec.n_layers))
+    ref = RefDecoder.from_gguf(q4_sources / "q40.gguf")
+
+    def check(logits: list[np.ndarray], tokens: list[int], positions):
+        expected = ref.logits(tokens)
+        worst = min(cosine(got, expected[p]) for got, p in zip(logits, positions, strict=True))
+        assert worst >= 0.995, worst
+
+    rng = np.random.default_rng(5)
+    prompt = [int(t) for t in rng.integers(3, 290, size=21)]  # 16, then 5 right-padded into the 16 graph
+    logits, tokens = [dec.feed(prompt)], list(prompt)
+    while len(tokens) < 40:
         tokens.append(int(np.argmax(logits[-1])))
         logits.append(dec.feed([tokens[-1]]))
-        strides.append(dec.cache.stride)
-    assert strides[0] == 24 and strides[-1] == 56 and sorted(set(strides)) == [24, 32, 40, 48, 56]
-    expected = RefDecoder.from_gguf(q4_sources / "q40.gguf").logits(tokens)
-    worst = min(cosine(got, expected[len(prompt) - 1 + i]) for i, got in enumerate(logits))
-    assert worst >= 0.995, worst
-    # a rewind keeps the wider layout; a reset starts narrow again
-    dec.rewind(10)
-    dec.feed([7])
-    assert dec.cache.stride == 56
-    dec.reset()
-    dec.feed([7, 8])
-    assert dec.cache.stride == 8
+    check(logits, tokens, range(len(prompt) - 1, len(tokens)))
+    # rewind over written rows, then 8 tokens into the last 8 slots: no 16-row graph fits any
+    # more, so they go 4 + 4 (a padded 16-row write would run past the buffers)
+    dec.rewind(30)
+    tail = [int(t) for t in rng.integers(3, 290, size=18)]
+    got = [dec.feed(tail[:10]), dec.feed(tail[10:])]
+    assert dec.cache.length == 48 == len(dec.tokens)
+    check(got, tokens[:30] + tail, [39, 47])

@@ -1,30 +1,21 @@
-"""Attention blocks: the decoder's static-KV attention and BERT's bidirectional attention."""
+"""Attention blocks: the decoder's static-KV attention (NPU and CPU-target contracts) and BERT's."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from build_scripts.config import BertConfig, DecoderConfig
-from build_scripts.graph.builder import GraphBuilder
-from build_scripts.graph.linear import linear, linears
-from build_scripts.graph.rope import apply_rotary, rotary_embedding
+from build_scripts.graph.builder import MS_DOMAIN, GraphBuilder
+from build_scripts.graph.linear import linear, linears, stacked_linear
+from build_scripts.graph.rope import apply_rotary
 from build_scripts.weights.loaders import Weights
 
 
-@dataclass(frozen=True)
-class StepShapes:
-    """Static shapes of one decoder graph: S new tokens attending to C cache slots plus themselves."""
-
-    seq: int  # S
-    context: int  # C: cache slots (the past-KV length P of the graph contract)
-    dynamic_past: bool = False  # P symbolic (the CPU target): the runtime binds the filled prefix
-
-
-def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, layer: int, shapes: StepShapes,
+def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, layer: int, seq: int, context: int,
                       cos: str, sin: str, mask: str, past_key: str, past_value: str) -> tuple[str, str, str]:
     """
-    Returns (attention output [1,S,hidden], new_key [1,KV,d,S], new_value [1,KV,S,d]).
+    The NPU graphs' attention ("rows" contract). Returns (attention output [1,S,hidden],
+    new_key [1,KV,d,S], new_value [1,KV,S,d]).
 
         q ─rope─► [1,KV,G·S,d] ─┬─MatMul(past_key [1,KV,d,C]) ─┐
                                  └─MatMul(new_key  [1,KV,d,S]) ─┴─Concat─+mask─Softmax─Split─┐
@@ -34,37 +25,48 @@ def decoder_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, l
     never repeated (HTP has no cheap Expand); scores against the cache and against the new
     tokens are computed separately so the cache is never copied into a concatenated tensor.
     Keys are stored transposed ([d, slots]) so neither MatMul needs a Transpose of the cache.
-    On the CPU target (a block recipe) cos/sin come as [S, d/2] for the fused rotary kernel.
     """
-    s, c, d, kv, g = shapes.seq, shapes.context, cfg.head_dim, cfg.n_kv_heads, cfg.kv_groups
+    s, c, d, kv, g = seq, context, cfg.head_dim, cfg.n_kv_heads, cfg.kv_groups
     p = f"layers.{layer}"
-    bias = cfg.qkv_bias
-    q, k, v = linears(b, x, w, [f"{p}.q", f"{p}.k", f"{p}.v"], [1.0 / math.sqrt(d), 1.0, 1.0], bias=bias)
-
-    if b.blocks is not None:  # the CPU target: ONNX Runtime's fused rotary kernel on [1,S,heads·d]
-        q = b.node("Transpose", [b.node("Reshape", [rotary_embedding(b, q, cos, sin, cfg.n_heads, s),
-                                                    b.ints(1, s, cfg.n_heads, d)])], perm=[0, 2, 1, 3])
-        q = b.node("Reshape", [q, b.ints(1, kv, g * s, d)])
-        k = b.node("Reshape", [rotary_embedding(b, k, cos, sin, kv, s), b.ints(1, s, kv, d)])
-        new_key = b.node("Transpose", [k], perm=[0, 2, 3, 1])
-    else:
-        q = b.node("Transpose", [b.node("Reshape", [q, b.ints(1, s, cfg.n_heads, d)])], perm=[0, 2, 1, 3])
-        q = b.node("Reshape", [apply_rotary(b, q, cos, sin, d), b.ints(1, kv, g * s, d)])
-        k = b.node("Transpose", [b.node("Reshape", [k, b.ints(1, s, kv, d)])], perm=[0, 2, 1, 3])
-        new_key = b.node("Transpose", [apply_rotary(b, k, cos, sin, d)], perm=[0, 1, 3, 2])
+    q, k, v = linears(b, x, w, [f"{p}.q", f"{p}.k", f"{p}.v"], [1.0 / math.sqrt(d), 1.0, 1.0], bias=cfg.qkv_bias)
+    q = b.node("Transpose", [b.node("Reshape", [q, b.ints(1, s, cfg.n_heads, d)])], perm=[0, 2, 1, 3])
+    q = b.node("Reshape", [apply_rotary(b, q, cos, sin, d), b.ints(1, kv, g * s, d)])
+    k = b.node("Transpose", [b.node("Reshape", [k, b.ints(1, s, kv, d)])], perm=[0, 2, 1, 3])
+    new_key = b.node("Transpose", [apply_rotary(b, k, cos, sin, d)], perm=[0, 1, 3, 2])
     new_value = b.node("Transpose", [b.node("Reshape", [v, b.ints(1, s, kv, d)])], perm=[0, 2, 1, 3])
 
     scores = b.node("Concat", [b.node("MatMul", [q, past_key]), b.node("MatMul", [q, new_key])], axis=-1)
     probs = b.node("Softmax", [b.node("Add", [scores, mask])], axis=-1)
-    if shapes.dynamic_past:  # P is unknown here: cut the last S columns off by negative index
-        p_past = b.node("Slice", [probs, b.ints(0), b.ints(-s), b.ints(-1)], name="probs_past")
-        p_new = b.node("Slice", [probs, b.ints(-s), b.ints(2**62), b.ints(-1)], name="probs_new")
-    else:
-        p_past, p_new = b.node("Split", [probs, b.ints(c, s)], n_out=2, axis=-1)
+    p_past, p_new = b.node("Split", [probs, b.ints(c, s)], n_out=2, axis=-1)
     o = b.node("Add", [b.node("MatMul", [p_past, past_value]), b.node("MatMul", [p_new, new_value])])
     o = b.node("Reshape", [o, b.ints(1, cfg.n_heads, s, d)])
     o = b.node("Reshape", [b.node("Transpose", [o], perm=[0, 2, 1, 3]), b.ints(1, s, cfg.n_heads * d)])
     return linear(b, o, w, f"{p}.o"), new_key, new_value
+
+
+def inplace_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, layer: int, cos_cache: str,
+                      sin_cache: str, seqlens_k: str, total: str, past_key: str, past_value: str) -> tuple[str, str, str]:
+    """
+    The CPU target's attention ("inplace" contract): one com.microsoft GroupQueryAttention node.
+
+        x ─MatMulNBits(q|k|v stacked)─► packed qkv ─GroupQueryAttention(rotary, causal, GQA)─► o ─o_proj─►
+                         past_key/past_value [1,KV,C,d] ══ present_key/present_value (one buffer)
+
+    The kernel rotates q and k at positions filled..filled+S-1 (cos/sin caches [C, d/2] are
+    initializers), writes the new rows into the shared cache buffers and attends over the
+    filled length only, so a step's attention cost follows the tokens actually cached.
+    Returns (output [1,S,hidden], present_key, present_value).
+    """
+    p = f"layers.{layer}"
+    names = [f"{p}.q", f"{p}.k", f"{p}.v"]
+    if b.blocks.fusable(names):  # packed: the kernel splits q|k|v itself
+        qkv = [stacked_linear(b, x, w, names, bias=cfg.qkv_bias), "", ""]
+    else:  # e.g. Q4_K_M files keep v at 6 bits: three weights, three inputs
+        qkv = [linear(b, x, w, n, bias=cfg.qkv_bias) for n in names]
+    o, present_key, present_value = b.node(
+        "GroupQueryAttention", [*qkv, past_key, past_value, seqlens_k, total, cos_cache, sin_cache], n_out=3,
+        domain=MS_DOMAIN, num_heads=cfg.n_heads, kv_num_heads=cfg.n_kv_heads, do_rotary=1, rotary_interleaved=0)
+    return linear(b, o, w, f"{p}.o"), present_key, present_value
 
 
 def bert_attention(b: GraphBuilder, x: str, w: Weights, cfg: BertConfig, layer: int, batch: int, seq: int,

@@ -7,6 +7,9 @@ C cache slots so the host binds one preallocated buffer per layer to every graph
     rope_cos/rope_sin [1,1,S,d/2]       │
     attention_mask [1,1,S,C+S]          └─ Slice(last position) ─ rms ─ Gemm(lm_headᵀ) ─► logits [1,1,V]
     past_key_i [1,KV,d,C], past_value_i [1,KV,C,d]  ──►  new_key_i [1,KV,d,S], new_value_i [1,KV,S,d]
+
+The CPU target (a block recipe) builds the same dataflow with ONNX Runtime's fused kernels and
+the "inplace" KV contract of models/contract.py.
 """
 
 from __future__ import annotations
@@ -17,61 +20,67 @@ from onnx import TensorProto
 from tqdm import tqdm
 
 from build_scripts.config import DecoderConfig
-from build_scripts.graph.attention import StepShapes, decoder_attention
+from build_scripts.graph.attention import decoder_attention, inplace_attention
 from build_scripts.graph.builder import GraphBuilder, WeightStore
 from build_scripts.graph.blocks import BlockRecipe
 from build_scripts.graph.linear import block_matmul, rms_norm
 from build_scripts.graph.mlp import gated_silu_mlp
 from build_scripts.weights.loaders import Weights
-from models.contract import DYNAMIC, decoder_io
+from models.contract import decoder_io, rotary_tables
 
-_ELEM = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "uint16": TensorProto.UINT16}
+_ELEM = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "int64": TensorProto.INT64,
+         "uint16": TensorProto.UINT16}
 
 
 def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderConfig, seq: int,
                         context: int, progress: bool = False, blocks: BlockRecipe | None = None) -> onnx.ModelProto:
-    """`blocks`: the CPU target's block recipe (linear layers and LM head as MatMulNBits)."""
-    dynamic = blocks is not None  # the CPU target reads only the filled cache prefix (see contract.py)
-    io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context, dynamic_past=dynamic)
+    """`blocks`: the CPU target's block recipe: linear layers and LM head as MatMulNBits, attention
+    as GroupQueryAttention over the "inplace" KV contract (models/contract.py)."""
+    cpu = blocks is not None
+    io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context, inplace=cpu)
     b = GraphBuilder(name, store, blocks)
-    symbols = {"attention_mask": "past_and_new"}
-    inp = {t.name: b.input(t.name, _ELEM[t.dtype], [symbols.get(t.name, "past") if n == DYNAMIC else n for n in t.shape])
-           for t in io.inputs}
-    shapes = StepShapes(seq=seq, context=context, dynamic_past=dynamic)
+    inp = {t.name: b.input(t.name, _ELEM[t.dtype], t.shape) for t in io.inputs}
+    kv_out = ("present_key", "present_value") if cpu else ("new_key", "new_value")
 
-    if blocks is None:
+    if not cpu:
         h = b.node("Gather", [b.weight("embed", lambda: w["embed"]), inp["input_ids"]], axis=0, name="embed")
+        mask = inp["attention_mask"]
+        if cfg.kv_groups > 1:
+            # rows of the folded GQA scores are (group, position): repeat the mask once per group
+            mask = b.node("Concat", [mask] * cfg.kv_groups, axis=2, name="mask_per_group")
     else:  # one row per token is read: float16 halves the table for free
         table = b.weight("embed.f16", lambda: w["embed"].astype(np.float16))
         h = b.node("Cast", [b.node("Gather", [table, inp["input_ids"]], axis=0, name="embed")], to=TensorProto.FLOAT)
-    cos, sin = inp["rope_cos"], inp["rope_sin"]
-    if blocks is not None:  # the fused rotary kernel reads its tables as [S, d/2]
-        cos, sin = (b.node("Reshape", [t, b.ints(seq, cfg.head_dim // 2)], name=f"{t}_2d") for t in (cos, sin))
-    mask = inp["attention_mask"]
-    if cfg.kv_groups > 1:
-        # rows of the folded GQA scores are (group, position): repeat the mask once per group
-        mask = b.node("Concat", [mask] * cfg.kv_groups, axis=2, name="mask_per_group")
+        cos, sin = rotary_tables(np.arange(context), cfg.head_dim, cfg.rope_theta)
+        cos_cache, sin_cache = b.weight("rope.cos", lambda: cos), b.weight("rope.sin", lambda: sin)
 
     for i in tqdm(range(cfg.n_layers), desc=f"graph {name}", unit="layer", disable=not progress, leave=False):
         with b.scope(f"layers.{i}"):
             with b.scope("attn"):
-                a, new_k, new_v = decoder_attention(
-                    b, rms_norm(b, h, w, f"layers.{i}.attn_norm", cfg.rms_eps), w, cfg, i, shapes,
-                    cos, sin, mask, inp[f"past_key_{i}"], inp[f"past_value_{i}"])
+                x = rms_norm(b, h, w, f"layers.{i}.attn_norm", cfg.rms_eps)
+                past = inp[f"past_key_{i}"], inp[f"past_value_{i}"]
+                if cpu:
+                    a, k, v = inplace_attention(b, x, w, cfg, i, cos_cache, sin_cache, inp["seqlens_k"],
+                                                inp["total_sequence_length"], *past)
+                else:
+                    a, k, v = decoder_attention(b, x, w, cfg, i, seq, context, inp["rope_cos"], inp["rope_sin"],
+                                                mask, *past)
                 h = b.node("Add", [h, a], name="residual")
             with b.scope("mlp"):
                 m = gated_silu_mlp(b, rms_norm(b, h, w, f"layers.{i}.mlp_norm", cfg.rms_eps), w, f"layers.{i}")
                 h = b.node("Add", [h, m], name="residual")
-        b.output(new_k, f"new_key_{i}", TensorProto.FLOAT, io.output(f"new_key_{i}").shape)
-        b.output(new_v, f"new_value_{i}", TensorProto.FLOAT, io.output(f"new_value_{i}").shape)
+        for value, out in zip((k, v), kv_out):
+            b.output(value, f"{out}_{i}", TensorProto.FLOAT, io.output(f"{out}_{i}").shape)
 
     with b.scope("head"):
-        # only the last position's logits: the LM head dominates the cost otherwise
-        if seq > 1:
+        # only the last real position's logits: the LM head dominates the cost otherwise
+        if seq > 1 and cpu:  # right-padded chunks: the host says where the last real token is
+            h = b.node("Gather", [h, inp["last_index"]], axis=1, name="last_position")
+        elif seq > 1:  # left-padded chunks: it is the last position
             h = b.node("Slice", [h, b.ints(seq - 1), b.ints(seq), b.ints(1)], name="last_position")
         h = b.node("Reshape", [rms_norm(b, h, w, "norm", cfg.rms_eps), b.ints(1, cfg.hidden)])
         head = "embed" if cfg.tied_embeddings else "lm_head"
-        if blocks is None:
+        if not cpu:
             logits = b.node("Gemm", [h, b.weight(head, lambda: w[head])], transB=1, name="lm_head")
         else:
             logits = block_matmul(b, h, [(head, 1.0)])

@@ -38,12 +38,21 @@ def linears(b: GraphBuilder, x: str, w: Weights, names: list[str], scales: list[
     scales = scales or [1.0] * len(names)
     if b.blocks is None or not b.blocks.fusable(names):
         return [linear(b, x, w, n, s, bias) for n, s in zip(names, scales)]
+    y = stacked_linear(b, x, w, names, scales, bias)
+    sizes = [b.blocks.rows[n] for n in names]
+    return b.node("Split", [y, b.ints(*sizes)], n_out=len(names), axis=-1)
+
+
+def stacked_linear(b: GraphBuilder, x: str, w: Weights, names: list[str], scales: list[float] | None = None,
+                   bias: bool = False) -> str:
+    """The outputs of several linear layers concatenated ([.., Σ out]) from one MatMulNBits over
+    their stacked blocks (the CPU target; the caller checks `b.blocks.fusable(names)`)."""
+    scales = scales or [1.0] * len(names)
     y = block_matmul(b, x, list(zip(names, scales)))
     if bias:
         y = b.node("Add", [y, b.weight("+".join(names) + ".bias", lambda: np.concatenate(
             [w[f"{n}_bias"] * np.float32(s) for n, s in zip(names, scales)]).astype(np.float32))])
-    sizes = [b.blocks.rows[n] for n in names]
-    return b.node("Split", [y, b.ints(*sizes)], n_out=len(names), axis=-1)
+    return y
 
 
 def block_matmul(b: GraphBuilder, x: str, parts: list[tuple[str, float]]) -> str:
