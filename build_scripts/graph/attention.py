@@ -63,8 +63,12 @@ def inplace_attention(b: GraphBuilder, x: str, w: Weights, cfg: DecoderConfig, l
         qkv = [stacked_linear(b, x, w, names, bias=cfg.qkv_bias), "", ""]
     else:  # e.g. Q4_K_M files keep v at 6 bits: three weights, three inputs
         qkv = [linear(b, x, w, n, bias=cfg.qkv_bias) for n in names]
+    # present_* are graph outputs straight from the kernel: behind any other node they would be
+    # intermediates, the kernel could not share the bound cache buffer and would copy the whole
+    # cache into a fresh one every step
     o, present_key, present_value = b.node(
         "GroupQueryAttention", [*qkv, past_key, past_value, seqlens_k, total, cos_cache, sin_cache], n_out=3,
+        outputs=[None, f"present_key_{layer}", f"present_value_{layer}"],
         domain=MS_DOMAIN, num_heads=cfg.n_heads, kv_num_heads=cfg.n_kv_heads, do_rotary=1, rotary_interleaved=0)
     return linear(b, o, w, f"{p}.o"), present_key, present_value
 

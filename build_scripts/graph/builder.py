@@ -100,9 +100,11 @@ class GraphBuilder:
 
     # ---- nodes and tensors --------------------------------------------------------------
     def node(self, op: str, inputs: list[str], n_out: int = 1, domain: str = "", name: str | None = None,
-             **attrs) -> str | list[str]:
+             outputs: list[str | None] | None = None, **attrs) -> str | list[str]:
+        """`outputs`: names for some outputs (None: generated), e.g. graph outputs written directly."""
         node_name = self._unique(name or op)
         outs = [f"{node_name}/output_{i}" for i in range(n_out)]
+        outs = [given or out for given, out in zip(outputs or [None] * n_out, outs, strict=True)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=node_name, domain=domain or None, **attrs))
         return outs[0] if n_out == 1 else outs
 
