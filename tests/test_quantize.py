@@ -317,6 +317,36 @@ def test_recipe_file_overrides_and_in_place_quantization(tiny_builds, tmp_path):
         quantize_model_dir(d, "w8a16", progress=False)
 
 
+def test_keep_float_residual_stream_compiles_and_matches_on_htp(tiny_builds, tmp_path):
+    """`keep_float` leaves the residual adds and norms unquantized: the residual stream flows in
+    float from layer to layer (no QuantizeLinear on it), the rest stays w8a16, every node still
+    goes to HTP and the simulator matches the CPU run."""
+    out = tmp_path / "llama_float_residual"
+    recipe = tmp_path / "float_residual.json"
+    recipe.write_text(json.dumps({"base": "w8a16", "keep_float": ["/layers.*/*/residual", "/layers.*/*/rms_norm",
+                                                                  "/head/rms_norm"]}))
+    quantize_model_dir(tiny_builds["llama"], recipe, samples=12, out=out, progress=False, evaluate=False)
+    g = _graph(out, "decode").graph
+    consumers = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n.op_type)
+    residuals = [n for n in g.node if n.name.endswith("/residual")]
+    assert len(residuals) == 4
+    for n in residuals:
+        assert "QuantizeLinear" not in consumers[n.output[0]], (n.name, consumers[n.output[0]])
+    assert sum(n.op_type == "MatMul" for n in g.node) > 0 and sum(n.op_type == "QuantizeLinear" for n in g.node) > 20
+    assert load_manifest(out).quantization["recipe_spec"]["keep_float"] == list(json.loads(recipe.read_text())["keep_float"])
+    compile_model_dir, record_target, qnn = _htp()
+    entry = compile_model_dir(out, ["sm8650"], shared=False, fp16=False)
+    assert all(p["cpu"] == 0 for p in entry["builds"][0]["placement"].values())
+    record_target(out, entry)
+    cpu, htp = Decoder(out), Decoder(out, backend="htp")
+    prompt = [5, 17, 42, 8, 99, 23, 7]
+    assert cosine(cpu.feed(prompt), htp.feed(prompt)) >= 0.999
+    assert cosine(cpu.feed([11]), htp.feed([11])) >= 0.999
+
+
 def test_recipe_errors(tmp_path):
     with pytest.raises(BuildError, match="unknown quantization recipe"):
         resolve_recipe("w3a7")
@@ -329,6 +359,9 @@ def test_recipe_errors(tmp_path):
         resolve_recipe(bad)
     bad.write_text(json.dumps({"base": "w8a16", "overrides": {"x": {"bits": 4}}}))
     with pytest.raises(BuildError, match="unknown setting"):
+        resolve_recipe(bad)
+    bad.write_text(json.dumps({"base": "w8a16", "keep_float": "/layers.*/*/residual"}))
+    with pytest.raises(BuildError, match="keep_float must be a list"):
         resolve_recipe(bad)
 
 

@@ -282,12 +282,17 @@ def quantize_graph(prepared: Path, out: Path, ranges: dict[str, tuple[float, flo
         quantize_static(str(prepared), str(out), None, calibrate_method=CalibrationMethod.MinMax,
                         quant_format=config.quant_format, activation_type=config.activation_type,
                         weight_type=config.weight_type, op_types_to_quantize=config.op_types_to_quantize,
-                        nodes_to_quantize=config.nodes_to_quantize, nodes_to_exclude=config.nodes_to_exclude,
+                        nodes_to_quantize=config.nodes_to_quantize,
+                        nodes_to_exclude=[*(config.nodes_to_exclude or []), *recipe.float_nodes(_node_names(prepared))],
                         per_channel=config.per_channel, reduce_range=config.reduce_range,
                         use_external_data_format=config.use_external_data_format,
                         extra_options=config.extra_options, calibration_cache_path=str(cache))
     finally:
         root.setLevel(level)
+
+
+def _node_names(path: Path) -> list[str]:
+    return [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]
 
 
 # ------------------------------------------------------------------------------------------------

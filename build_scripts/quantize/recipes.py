@@ -23,7 +23,8 @@ A recipe file (JSON) starts from a built-in one and changes fields or adds per-t
         "layers.0.*.weight_t": {"quant_type": "int8"},         # first block's weights at 8 bits
         "layers.29.*.weight_t": {"quant_type": "int8"},        # ... and the last block's
         "/layers.*/attn/Softmax/output_0": {"quant_type": "uint16"}
-      }
+      },
+      "keep_float": ["/layers.1[1-9]/*/residual"]      # these nodes stay float (fp16 on HTP)
     }
 
 Override keys are tensor names or fnmatch patterns (`*`, `?`, `[..]`), matched against the graph's
@@ -65,10 +66,15 @@ class Recipe:
     activation_margin: float = 0.1  # every calibrated activation range widened by this fraction of its span per side
     kv_margin: float = 0.1  # KV range = calibrated range widened by this fraction of its span on each side
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    keep_float: tuple[str, ...] = ()  # node-name patterns left unquantized (fp16 on HTP v73+)
     description: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def float_nodes(self, node_names) -> list[str]:
+        """The nodes `keep_float` names (fnmatch patterns such as "/layers.*/*/residual")."""
+        return [n for n in node_names if any(fnmatch.fnmatchcase(n, p) for p in self.keep_float)]
 
     def matching(self, tensor: str) -> dict[str, Any] | None:
         """The override for `tensor` (exact name first, then the first matching pattern)."""
@@ -150,6 +156,11 @@ def resolve_recipe(recipe: str | Path | Recipe | dict) -> Recipe:
         raise BuildError(f"{where}: rounding must be 'gptq' or 'nearest'")
     if spec.get("kv_cache", "uint16") != "uint16":
         raise BuildError(f"{where}: only a uint16 KV cache is supported")
+    if "keep_float" in spec:
+        patterns = spec["keep_float"]
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise BuildError(f"{where}: keep_float must be a list of node-name patterns")
+        spec["keep_float"] = tuple(patterns)
     if "overrides" in spec:
         spec["overrides"] = {**base.overrides, **_check_overrides(spec["overrides"], where)}
     block = int(spec.get("block_size", base.block_size))
