@@ -223,6 +223,35 @@ def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str 
     _compile(out, targets, variant)
 
 
+@build.command("wrap-context")
+@click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="The model directory whose graphs the binaries were converted from (tokenizer, contract).")
+@click.option("--binary", "binaries", multiple=True, required=True, type=click.Path(path_type=Path),
+              help="A QNN context binary from qnn-context-binary-generator. Repeatable.")
+@click.option("--json", "descriptions", multiple=True, required=True, type=click.Path(path_type=Path),
+              help="Its qnn-context-binary-utility JSON, one per --binary, in the same order.")
+@click.option("--target", required=True, help="The SoC the binaries were generated for: sm8750, 8elite, 69, ...")
+@click.option("--graph", "graph_map", multiple=True, metavar="NAME=QNN_GRAPH",
+              help="Which QNN graph stands for a model graph when the names differ. Repeatable.")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Model directory to write.")
+@_friendly
+def wrap_context_cmd(model_dir: Path, binaries: tuple[Path, ...], descriptions: tuple[Path, ...], target: str,
+                     graph_map: tuple[str, ...], out: Path) -> None:
+    """Wrap context binaries made with the QAIRT SDK into a model directory the runtime loads (HTP)."""
+    from build_scripts.wrap_context import wrap_context
+
+    if len(binaries) != len(descriptions):
+        raise click.UsageError(f"give one --json per --binary ({len(binaries)} binaries, {len(descriptions)} JSON files)")
+    bad = [g for g in graph_map if "=" not in g]
+    if bad:
+        raise click.UsageError(f"--graph takes NAME=QNN_GRAPH, got {bad[0]!r}")
+    names = dict(g.split("=", 1) for g in graph_map)
+    wrap_context(model_dir, list(zip(binaries, descriptions)), target, out, names)
+    m = load_manifest(out)
+    click.echo(f"wrapped {len(m.graphs)} graphs for {m.target['builds'][0]['target']} "
+               f"({m.target['builds'][0]['variant']}) into {out}")
+
+
 # ---- runtime ----------------------------------------------------------------------------
 _backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
                         help="cpu: ONNX Runtime CPU EP (baseline); htp: Hexagon NPU through QNN.")

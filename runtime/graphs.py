@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.manifest import Manifest
+from runtime.errors import RuntimeModelError
 
 
 def graph_paths(model_dir: Path, manifest: Manifest, backend: str) -> dict[str, Path]:
@@ -13,6 +14,9 @@ def graph_paths(model_dir: Path, manifest: Manifest, backend: str) -> dict[str, 
     A model without an HTP build still opens on `htp` from its ONNX graphs, compiled when the
     session is created (slow; `hexrag compile` makes context binaries that load in milliseconds).
     """
+    if backend != "htp" and manifest.target.get("precision") == "external":
+        raise RuntimeModelError(f"{manifest.name} holds only QNN context binaries (a wrapped QAIRT build): "
+                                f"run it with --backend htp")
     if backend == "htp" and manifest.target.get("backend") == "htp":
         from runtime import qnn  # imports onnxruntime-qnn only when HTP is asked for
 

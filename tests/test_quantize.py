@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -232,6 +233,85 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
     v79 = qnn.select_build(load_manifest(d).target, "sm8750")
     sess = GraphSession(d / v79["graphs"]["decode"], "htp")
     assert sess.input_names and "past_key_0" in sess.input_names
+
+
+_QNN_NAMES = {TensorProto.FLOAT: "QNN_DATATYPE_FLOAT_32", TensorProto.INT32: "QNN_DATATYPE_INT_32",
+              TensorProto.UINT16: "QNN_DATATYPE_UFIXED_POINT_16"}
+
+
+def _utility_json(ctx_model: Path, kv: dict, path: Path) -> tuple[Path, str]:
+    """What `qnn-context-binary-utility --json_file` writes for the binary behind an EPContext model
+    (the SDK tool is not in the wheel; its schema is): returns (binary, QNN graph name)."""
+    model = onnx.load(str(ctx_model))
+    node = model.graph.node[0]
+    attrs = {a.name: a for a in node.attribute}
+
+    def tensor(v):
+        q = {"definition": "QNN_DEFINITION_UNDEFINED"}
+        if v.name.startswith(("past_", "new_")):
+            enc = kv[v.name.split("_", 1)[1]]
+            q = {"definition": "QNN_DEFINITION_DEFINED", "quantizationEncoding": "QNN_QUANTIZATION_ENCODING_SCALE_OFFSET",
+                 "scaleOffset": {"scale": enc["scale"], "offset": -enc["zero_point"]}}
+        t = v.type.tensor_type
+        return {"info": {"name": v.name, "dataType": _QNN_NAMES[t.elem_type],
+                         "dimensions": [d.dim_value for d in t.shape.dim], "quantizeParams": q}}
+
+    path.write_text(json.dumps({"info": {"buildId": attrs["ep_sdk_version"].s.decode(), "graphs": [{"info": {
+        "graphName": node.name, "graphInputs": [tensor(v) for v in model.graph.input],
+        "graphOutputs": [tensor(v) for v in model.graph.output]}}]}}))
+    return ctx_model.parent / attrs["ep_cache_context"].s.decode(), node.name
+
+
+def test_wrap_context_binaries_load_like_our_own_builds(w8, tmp_path, monkeypatch):
+    """`hexrag build wrap-context`: real context binaries (compiled here) + their utility JSON ->
+    a model directory the runtime runs on the simulator with identical logits; contract breaks
+    are refused with the fix named."""
+    from tests.test_cli_runtime import hexrag
+
+    compile_model_dir, record_target, qnn = _htp()
+    d = tmp_path / "llama_w8a16"
+    shutil.copytree(w8["dir"], d)
+    record_target(d, compile_model_dir(d, ["sm8650"], shared=False, fp16=False))
+    m = load_manifest(d)
+    kv = m.quantization["kv_cache"]["tensors"]
+    args, names = [], {}
+    for g, ctx in m.target["builds"][0]["graphs"].items():
+        binary, names[g] = _utility_json(d / ctx, kv, tmp_path / f"{g}.json")
+        args += ["--binary", str(binary), "--json", str(tmp_path / f"{g}.json"), "--graph", f"{g}={names[g]}"]
+    out = tmp_path / "wrapped"
+    proc = hexrag("build", "wrap-context", "--model", str(d), "--target", "sm8650", "--out", str(out), *args)
+    assert proc.returncode == 0, proc.stderr
+    wrapped = load_manifest(out)
+    assert wrapped.target["builds"][0]["wrapped"] == names
+    assert wrapped.quantization["kv_cache"]["tensors"] == {k: {"scale": e["scale"], "zero_point": e["zero_point"]}
+                                                           for k, e in kv.items()}
+    assert not list(out.glob("*.onnx")) and not (out / "weights.data").exists()  # binaries only
+    monkeypatch.setenv(qnn.TARGET_ENV, "sm8650")
+    ours, theirs = Decoder(d, backend="htp"), Decoder(out, backend="htp")
+    prompt = [5, 17, 42, 8, 99, 23, 7]
+    np.testing.assert_array_equal(ours.feed(prompt), theirs.feed(prompt))
+    np.testing.assert_array_equal(ours.feed([11]), theirs.feed([11]))
+    with pytest.raises(RuntimeModelError, match="run it with --backend htp"):
+        Decoder(out)
+
+    from build_scripts.wrap_context import wrap_context
+
+    pairs = [(Path(a), Path(b)) for a, b in zip(args[1::6], args[3::6])]
+    with pytest.raises(BuildError, match="map it with --graph prefill_16="):
+        wrap_context(d, pairs, "sm8650", tmp_path / "x")
+    decode_json = tmp_path / "decode.json"
+    good = decode_json.read_text()
+    for edit, message in ((lambda t: t["info"]["name"] == "rope_cos" and t["info"].update(
+                               dataType="QNN_DATATYPE_UFIXED_POINT_16"), "--preserve_io datatype rope_cos"),
+                          (lambda t: t["info"]["name"] == "past_key_0" and t["info"]["quantizeParams"]["scaleOffset"].update(
+                               scale=1.0), "share each layer's KV encoding")):
+        desc = json.loads(good)
+        for t in desc["info"]["graphs"][0]["info"]["graphInputs"]:
+            edit(t)
+        decode_json.write_text(json.dumps(desc))
+        with pytest.raises(BuildError, match=message):
+            wrap_context(d, pairs, "sm8650", tmp_path / "x", names)
+    assert not (tmp_path / "x").exists()
 
 
 def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
