@@ -193,7 +193,8 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
                                          quant=graph_quant),
                      out, "none" if quant in _CPU_QUANT else quant, calib, calib_samples)
     m = load_manifest(out)
-    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(g.file for g in m.graphs)} in {out}")
+    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(dict.fromkeys(g.file for g in m.graphs))} "
+               f"in {out}")
     _compile(out, targets, variant)
 
 

@@ -26,12 +26,13 @@ from build_scripts.graph.builder import WeightStore
 from build_scripts.graph.decoder import build_decoder_graph
 from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
 from build_scripts.weights.loaders import LoadedModel, load_weights
-from models.contract import MASK_VALUE
+from models.contract import MASK_VALUE, decoder_io
 from models.manifest import (GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, hash_directory,
                              package_versions, sha256_file)
 
 log = logging.getLogger(__name__)
 WEIGHTS_FILE = "weights.data"
+CPU_STEP_FILE = "step.onnx"  # the CPU target's one decoder graph
 _DTYPE_NAMES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64",
                 onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.UINT8: "uint8"}
 
@@ -81,6 +82,14 @@ def _graph_spec(model: onnx.ModelProto, kind: str, file: str, seq: int, batch: i
                      inputs=specs(model.graph.input), outputs=specs(model.graph.output))
 
 
+def _step_spec(cfg: DecoderConfig, seq: int, context: int) -> GraphSpec:
+    """A step size of the CPU target's one graph, listed like the NPU graphs (same names, kinds)."""
+    io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context, inplace=True)
+    kind, name = ("decode", "decode") if seq == 1 else ("prefill", f"prefill_{seq}")
+    return GraphSpec(name=name, kind=kind, file=CPU_STEP_FILE, seq=seq, inputs=list(io.inputs),
+                     outputs=list(io.outputs))
+
+
 def _versions() -> dict[str, str]:
     return package_versions("hexrag", "onnx", "onnxruntime", "gguf", "tokenizers")
 
@@ -124,12 +133,18 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
         store = WeightStore(tmp / WEIGHTS_FILE)
         graphs = []
         try:
-            for i, n in enumerate([*buckets, 1]):
-                kind, file = ("decode", "decode.onnx") if n == 1 else ("prefill", f"prefill_{n}.onnx")
-                graph = build_decoder_graph(Path(file).stem, store, model.weights, cfg, n, context,
-                                            progress=progress and i == 0, blocks=blocks)
-                _save_graph(tmp, graph, file)
-                graphs.append(_graph_spec(graph, kind, file, n))
+            if blocks is None:  # the NPU contract: one static graph per step size
+                for i, n in enumerate([*buckets, 1]):
+                    kind, file = ("decode", "decode.onnx") if n == 1 else ("prefill", f"prefill_{n}.onnx")
+                    graph = build_decoder_graph(Path(file).stem, store, model.weights, cfg, n, context,
+                                                progress=progress and i == 0)
+                    _save_graph(tmp, graph, file)
+                    graphs.append(_graph_spec(graph, kind, file, n))
+            else:  # the CPU target: one graph with a symbolic S serves every step size (one session)
+                graph = build_decoder_graph("step", store, model.weights, cfg, 0, context, progress=progress,
+                                            blocks=blocks)
+                _save_graph(tmp, graph, CPU_STEP_FILE)
+                graphs = [_step_spec(cfg, n, context) for n in [*buckets, 1]]
         finally:
             store.close()
         manifest = Manifest(

@@ -8,11 +8,13 @@ Decoder graphs take S new tokens and C cache slots, in one of two KV contracts:
   Chunks are left-padded, so the last position is the last real token.
 - "inplace" (the CPU target): ONNX Runtime's GroupQueryAttention writes the S new rows into the
   cache buffers at the filled length and attends over the filled length only.
-  input_ids [1,S] int32 (right-padded) · last_index [1] int64 (S > 1: the last real token) ·
+  input_ids [1,S] int32 (right-padded) · last_index [1] int64 (the chunk's last real token) ·
   seqlens_k [1] int32 (= filled + S - 1) · total_sequence_length [] int32 (= filled + S) ·
   past_key_i/past_value_i [1,KV,C,d] → logits [1,1,V] · present_key_i/present_value_i [1,KV,C,d],
   bound to the very buffers given as past (ORT shares them when the addresses match). Padding
-  rows land past the filled length and are overwritten by the next step.
+  rows land past the filled length and are overwritten by the next step. Nothing in these graphs
+  depends on S, so one file with a symbolic S serves every step size (one session, one copy of
+  the prepacked weights); the manifest still lists each step size as a graph of its own.
 Embedder graphs: input_ids, attention_mask [B,L] int32 → embeddings [B,H] (mean pooled, L2 normalised).
 """
 
@@ -49,9 +51,8 @@ def decoder_io(n_layers: int, n_kv_heads: int, head_dim: int, vocab: int, seq: i
     kv, d, s, c = n_kv_heads, head_dim, seq, context
     outputs = [_t("logits", "float32", [1, 1, vocab])]
     if inplace:
-        inputs = [_t("input_ids", "int32", [1, s])]
-        inputs += [_t("last_index", "int64", [1])] if s > 1 else []
-        inputs += [_t("seqlens_k", "int32", [1]), _t("total_sequence_length", "int32", [])]
+        inputs = [_t("input_ids", "int32", [1, s]), _t("last_index", "int64", [1]),
+                  _t("seqlens_k", "int32", [1]), _t("total_sequence_length", "int32", [])]
         for i in range(n_layers):
             inputs += [_t(f"past_key_{i}", kv_dtype, [1, kv, c, d]), _t(f"past_value_{i}", kv_dtype, [1, kv, c, d])]
             outputs += [_t(f"present_key_{i}", kv_dtype, [1, kv, c, d]), _t(f"present_value_{i}", kv_dtype, [1, kv, c, d])]

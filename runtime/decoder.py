@@ -40,8 +40,14 @@ class Decoder:
         # (packing bought 25% there), while prefill barely gains from it and each packed copy costs a
         # full set of weights. MatMulNBits graphs always pack: their integer kernels need it
         blocks = (m.quantization or {}).get("format") == "MatMulNBits"
-        self.sessions = {g.seq: GraphSession(paths[g.name], backend, threads, prepack=blocks or g.kind == "decode")
-                         for g in m.graphs if g.name != START_GRAPH}
+        opened: dict[Path, GraphSession] = {}  # the CPU target lists one file for every step size
+
+        def session(g) -> GraphSession:
+            if paths[g.name] not in opened:
+                opened[paths[g.name]] = GraphSession(paths[g.name], backend, threads, prepack=blocks or g.kind == "decode")
+            return opened[paths[g.name]]
+
+        self.sessions = {g.seq: session(g) for g in m.graphs if g.name != START_GRAPH}
         self.start_session = next((GraphSession(paths[g.name], backend, threads, prepack=False)
                                    for g in m.graphs if g.name == START_GRAPH), None)
         self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
@@ -55,7 +61,7 @@ class Decoder:
         self.tokens: list[int] = []  # what the cache holds, in order
         # every graph's inputs and outputs, allocated once; the KV I/O is the cache itself
         self.io = {g.seq: _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
-        self._bindings: dict[int, tuple] = {}  # id(session) -> (session, its binding)
+        self._bindings: dict[tuple, tuple] = {}  # (id(session), seq) -> (session, its binding)
 
     @property
     def vocab(self) -> int:
@@ -103,7 +109,7 @@ class Decoder:
         n = len(chunk)
         io = self.io[seq]
         (self._inplace_inputs if self.inplace else self._rows_inputs)(io.inputs, chunk, seq)
-        out = self._execute(session or self.sessions[seq], io.inputs, io.outputs)
+        out = self._execute(session or self.sessions[seq], seq, io.inputs, io.outputs)
         if not self.inplace:
             for i in range(self.n_layers):
                 self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
@@ -135,10 +141,9 @@ class Decoder:
         ids[0, n:] = 0
         inputs["seqlens_k"][0] = pos + seq - 1
         inputs["total_sequence_length"][...] = pos + seq
-        if seq > 1:
-            inputs["last_index"][0] = n - 1
+        inputs["last_index"][0] = n - 1
 
-    def _execute(self, session, inputs: dict, outputs: dict) -> dict[str, np.ndarray]:
+    def _execute(self, session, seq: int, inputs: dict, outputs: dict) -> dict[str, np.ndarray]:
         """Run through the session's I/O binding (made on first use, then reused: a step creates no
         tensors); a stand-in without `bind` (calibration, tests) gets plain feeds, its results
         copied into the same output buffers (for in-place graphs: the cache)."""
@@ -146,9 +151,10 @@ class Decoder:
             for name, value in session.run(inputs).items():
                 outputs[name][...] = value
             return outputs
-        entry = self._bindings.get(id(session))
+        key = (id(session), seq)  # one session may run several step sizes, each bound to its own buffers
+        entry = self._bindings.get(key)
         if entry is None or entry[0] is not session:
-            entry = self._bindings[id(session)] = (session, session.bind(inputs, outputs))
+            entry = self._bindings[key] = (session, session.bind(inputs, outputs))
         session.run_bound(entry[1])
         return outputs
 

@@ -71,7 +71,7 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
     build_llm(src, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
     m = load_manifest(out)
     assert m.quantization["recipe"] == "int4" and m.quantization["weights"] == exact
-    graph = onnx.load(str(out / "decode.onnx"), load_external_data=False)
+    graph = onnx.load(str(out / "step.onnx"), load_external_data=False)
     ops = [n.op_type for n in graph.graph.node]
     # every linear layer and the LM head, q/k/v and gate/up each stacked into one weight; packed
     # q|k|v goes into the attention kernel as it is, only gate/up is split
@@ -114,11 +114,17 @@ def test_inplace_cache_to_the_last_slot(q4_sources, tmp_path):
     all keep the reference's logits."""
     out = tmp_path / "q40"
     build_llm(q4_sources / "q40.gguf", out, context=48, prefill=(16, 4), progress=False, quant="int4")
-    decode = load_manifest(out).graph("decode")
+    m = load_manifest(out)
+    decode = m.graph("decode")
     assert next(t for t in decode.inputs if t.name == "past_key_0").shape == [1, tm.N_KV_HEAD, 48, tm.HEAD_DIM]
-    ops = [n.op_type for n in onnx.load(str(out / "prefill_16.onnx"), load_external_data=False).graph.node]
+    # one graph file with a symbolic S for every step size: one session, one copy of the packed weights
+    assert {g.file for g in m.graphs} == {"step.onnx"} and [g.seq for g in m.graphs] == [16, 4, 1]
+    graph = onnx.load(str(out / "step.onnx"), load_external_data=False).graph
+    assert graph.input[0].type.tensor_type.shape.dim[1].dim_param == "S"
+    ops = [n.op_type for n in graph.node]
     assert ops.count("GroupQueryAttention") == tm.N_LAYER and "Softmax" not in ops
     dec = Decoder(out)
+    assert len({id(s) for s in dec.sessions.values()}) == 1
     assert all(dec.io[16].outputs[f"present_key_{i}"] is dec.cache.keys[i] is dec.io[1].inputs[f"past_key_{i}"]
                for i in range(dec.n_layers))
     ref = RefDecoder.from_gguf(q4_sources / "q40.gguf")

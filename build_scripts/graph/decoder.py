@@ -35,11 +35,13 @@ _ELEM = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "int64": Tens
 def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderConfig, seq: int,
                         context: int, progress: bool = False, blocks: BlockRecipe | None = None) -> onnx.ModelProto:
     """`blocks`: the CPU target's block recipe: linear layers and LM head as MatMulNBits, attention
-    as GroupQueryAttention over the "inplace" KV contract (models/contract.py)."""
+    as GroupQueryAttention over the "inplace" KV contract (models/contract.py), in one graph for
+    every step size (`seq` is ignored: S is symbolic)."""
     cpu = blocks is not None
     io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context, inplace=cpu)
     b = GraphBuilder(name, store, blocks)
-    inp = {t.name: b.input(t.name, _ELEM[t.dtype], t.shape) for t in io.inputs}
+    inp = {t.name: b.input(t.name, _ELEM[t.dtype], [1, "S"] if cpu and t.name == "input_ids" else t.shape)
+           for t in io.inputs}
     kv_out = ("present_key", "present_value") if cpu else ("new_key", "new_value")
 
     if not cpu:
@@ -74,7 +76,7 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
 
     with b.scope("head"):
         # only the last real position's logits: the LM head dominates the cost otherwise
-        if seq > 1 and cpu:  # right-padded chunks: the host says where the last real token is
+        if cpu:  # right-padded chunks: the host says where the last real token is
             h = b.node("Gather", [h, inp["last_index"]], axis=1, name="last_position")
         elif seq > 1:  # left-padded chunks: it is the last position
             h = b.node("Slice", [h, b.ints(seq - 1), b.ints(seq), b.ints(1)], name="last_position")
@@ -88,4 +90,4 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
     # logits go first among the outputs, as readers expect
     b.output(logits, "logits", TensorProto.FLOAT, io.output("logits").shape)
     b.outputs.insert(0, b.outputs.pop())
-    return b.model(doc=f"hexrag {cfg.arch} decoder, S={seq}, C={context}")
+    return b.model(doc=f"hexrag {cfg.arch} decoder, S={'any' if cpu else seq}, C={context}")
