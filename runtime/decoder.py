@@ -27,7 +27,9 @@ START_GRAPH = "start"  # graph name of the position-0 graph of quantized models
 
 class Decoder:
     def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
-                 verify: bool = True):
+                 verify: bool = True, prepack: bool | None = None):
+        """`prepack=False`: no session packs a copy of its weights (slower on the CPU, but a float
+        1.5B model's decode graph would copy 6 GB); None: the rule below."""
         self.dir = Path(model_dir)
         self.manifest = m = load_manifest(self.dir, verify=verify)
         if m.kind != "llm":
@@ -44,7 +46,8 @@ class Decoder:
 
         def session(g) -> GraphSession:
             if paths[g.name] not in opened:
-                opened[paths[g.name]] = GraphSession(paths[g.name], backend, threads, prepack=blocks or g.kind == "decode")
+                pack = (blocks or g.kind == "decode") if prepack is None else prepack
+                opened[paths[g.name]] = GraphSession(paths[g.name], backend, threads, prepack=pack)
             return opened[paths[g.name]]
 
         self.sessions = {g.seq: session(g) for g in m.graphs if g.name != START_GRAPH}

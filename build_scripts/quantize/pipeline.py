@@ -63,6 +63,9 @@ def _graph_spec(model: onnx.ModelProto, old: GraphSpec) -> GraphSpec:
     return old.model_copy(update={"inputs": specs(model.graph.input), "outputs": specs(model.graph.output)})
 
 
+PREPARED_DATA = "prepared.data"
+
+
 def _copy_support_files(src: Path, m: Manifest, dest: Path) -> None:
     """Everything but the graphs, the weights and HTP builds (both are rebuilt from the new graphs)."""
     skip = {g.file for g in m.graphs} | {m.weights_file}
@@ -87,12 +90,25 @@ def _kv_ranges(calib: cal_mod.LLMCalibration, margin: float) -> dict[str, tuple[
 
 def prepare_graphs(src: Path, graphs: list[GraphSpec], work: Path) -> dict[str, Path]:
     """Prepared float graphs in `work`, all referencing one weights file; graph name -> path
-    (graphs built from the same source file share one prepared graph)."""
+    (graphs built from the same source file share one prepared graph).
+
+    The graphs are loaded without their weights and pointed at a copy of the source's weights
+    file (GPTQ rewrites weights in that copy, in place), so no graph's weights are ever held in
+    memory here: a 1.5B model's float graphs are 6 GB each."""
+    data = work / PREPARED_DATA
+    copied: set[str] = set()
     by_file: dict[str, onnx.ModelProto] = {}
     for g in graphs:
         if g.file not in by_file:
-            by_file[g.file] = qdq.prepare(onnx.load(str(src / g.file)))
-    qdq.externalize(by_file, work / "prepared.data")
+            model = onnx.load(str(src / g.file), load_external_data=False)
+            for location in qdq.point_external_data(model, data.name):
+                if copied and location not in copied:
+                    raise BuildError(f"{g.file}: weights in several files ({', '.join(sorted(copied | {location}))}); "
+                                     f"rebuild the model")
+                if location not in copied:
+                    shutil.copyfile(src / location, data)
+                    copied.add(location)
+            by_file[g.file] = qdq.prepare(model, work)
     paths = {}
     for file, model in by_file.items():
         paths[file] = work / f"{Path(file).stem}.prep.onnx"
@@ -310,7 +326,9 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
     from runtime.decoder import Decoder
     from runtime.llm import LLM
 
-    llm = LLM(src)
+    # no packed weight copies: calibration swaps the sessions out, and a 1.5B float decode graph
+    # would pack 6 GB; only the accuracy pass runs these sessions (somewhat slower unpacked)
+    llm = LLM(src, prepack=False)
     context = llm.context
     steps = decode_steps or max(4, min(32, context // 4))
     cal_samples, held, paths = cal_mod.calibration_texts(calib, samples)

@@ -22,6 +22,7 @@ Why each step:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -88,9 +89,22 @@ def _initializers(graph) -> dict[str, TensorProto]:
 # 1. Prepare the float graph
 # ------------------------------------------------------------------------------------------------
 
-def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
+def point_external_data(model: onnx.ModelProto, location: str) -> set[str]:
+    """Point every external initializer at `location` (same offsets); returns the locations they had."""
+    before = set()
+    for t in model.graph.initializer:
+        if t.data_location == TensorProto.EXTERNAL:
+            for e in t.external_data:
+                if e.key == "location":
+                    before.add(e.value)
+                    e.value = location
+    return before
+
+
+def prepare(model: onnx.ModelProto, base_dir: Path) -> onnx.ModelProto:
     """Drop output Identities, untie a table shared by Gather and Gemm/MatMul, infer shapes.
-    `model` must have its weights loaded (it is modified and returned)."""
+    `model` is modified and returned; its weights may stay external in `base_dir` (shape inference
+    reads the few small constants it computes with from there)."""
     g = model.graph
     outputs = {o.name for o in g.output}
     renames, keep = {}, []
@@ -115,8 +129,12 @@ def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
         gathers = [n for n in users if n.op_type == "Gather" and n.input[0] == name]
         others = [n for n in users if n not in gathers]
         if gathers and others:
+            # a second name for the same bytes: the quantizer gives each its own encoding
             head = "lm_head" if "lm_head" not in inits else f"{name}.head"
-            g.initializer.append(numpy_helper.from_array(numpy_helper.to_array(init), head))
+            twin = TensorProto()
+            twin.CopyFrom(init)
+            twin.name = head
+            g.initializer.append(twin)
             for n in others:
                 for i, x in enumerate(n.input):
                     if x == name:
@@ -124,7 +142,8 @@ def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
 
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
+    with contextlib.chdir(base_dir):  # it resolves external data against the working directory
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
     if inferred is None:
         raise BuildError(f"shape inference failed on graph {g.name}")
     return inferred
