@@ -8,6 +8,7 @@ from pathlib import Path
 
 from build_scripts.build import build_embedder, build_llm
 from knowledge import KnowledgeBase
+from models.contract import contract_mismatch
 from models.manifest import ManifestError, load_manifest
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,10 @@ def _ready(model_dir: Path, quant: str = "none") -> bool:
         return False
     if m.quantization.get("recipe", "none") != quant:
         log.info("rebuilding %s: it is a %s build, %s is wanted", model_dir, m.quantization.get("recipe"), quant)
+        return False
+    stale = contract_mismatch(m) if m.kind == "llm" else None
+    if stale:
+        log.info("rebuilding %s: %s", model_dir, stale)
         return False
     return True
 

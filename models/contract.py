@@ -74,6 +74,19 @@ def is_inplace(graph_inputs) -> bool:
     return any(t.name == "seqlens_k" for t in graph_inputs)
 
 
+def contract_mismatch(manifest) -> str | None:
+    """Why an LLM manifest's graphs do not follow this contract (a build from an older version),
+    or None: names and shapes of every graph's I/O (types vary with quantization)."""
+    a = manifest.architecture
+    for g in manifest.graphs:
+        want = decoder_io(a["n_layers"], a["n_kv_heads"], a["head_dim"], a["vocab"], g.seq, manifest.context,
+                          inplace=is_inplace(g.inputs))
+        for kind, have, expected in (("inputs", g.inputs, want.inputs), ("outputs", g.outputs, want.outputs)):
+            if [(t.name, list(t.shape)) for t in have] != [(t.name, list(t.shape)) for t in expected]:
+                return f"graph {g.name}'s {kind} differ from this version's graph contract"
+    return None
+
+
 def embedder_io(batch: int, seq: int, hidden: int) -> GraphIO:
     return GraphIO(
         (_t("input_ids", "int32", [batch, seq]), _t("attention_mask", "int32", [batch, seq])),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.contract import is_inplace, rotary_tables
+from models.contract import contract_mismatch, is_inplace, rotary_tables
 from models.manifest import load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.graphs import graph_paths
@@ -34,6 +34,9 @@ class Decoder:
         self.manifest = m = load_manifest(self.dir, verify=verify)
         if m.kind != "llm":
             raise RuntimeModelError(f"{self.dir} holds an {m.kind} model, not an LLM")
+        stale = contract_mismatch(m)
+        if stale:
+            raise RuntimeModelError(f"{m.name}: {stale} (built by an older hexrag): rebuild it with `hexrag build llm`")
         arch = m.architecture
         self.context: int = m.context
         self.mask_value = np.float32(m.mask_value)

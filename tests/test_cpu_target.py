@@ -3,17 +3,21 @@ MatMulNBits, re-quantization for the rest, and the built graphs against the nump
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import onnx
 import pytest
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize as gguf_quantize
 
+from app.quickstart import _ready
 from build_scripts.build import build_llm
 from build_scripts.errors import BuildError
 from build_scripts.graph import blocks
 from models.manifest import load_manifest
 from runtime.decoder import Decoder
+from runtime.errors import RuntimeModelError
 from tests import tiny_models as tm
 from tests.reference import RefDecoder
 from tests.test_decoder_graphs import cosine, run_greedy
@@ -148,3 +152,13 @@ def test_inplace_cache_to_the_last_slot(q4_sources, tmp_path):
     got = [dec.feed(tail[:10]), dec.feed(tail[10:])]
     assert dec.cache.length == 48 == len(dec.tokens)
     check(got, tokens[:30] + tail, [39, 47])
+    # a build by an older hexrag (here: its decode graph without last_index) is refused with the fix,
+    # and quickstart rebuilds it instead of reusing it
+    stale = tmp_path / "stale"
+    shutil.copytree(out, stale)
+    m = load_manifest(stale)
+    m.graph("decode").inputs = [t for t in decode.inputs if t.name != "last_index"]
+    m.save(stale)
+    with pytest.raises(RuntimeModelError, match="graph decode's inputs differ .* rebuild it"):
+        Decoder(stale)
+    assert not _ready(stale, "int4") and _ready(out, "int4")
