@@ -2,10 +2,10 @@
 
 `Decoder.feed(ids)` appends tokens to the cache through the graphs and returns the logits of
 the last one. Prompts go through the largest prefill bucket in chunks; the rest goes through
-the smallest bucket that holds it (the decode graph for a single token), padded: on the left
-for the NPU graphs ("rows" KV contract: the host masks the padding and stores the new rows), on
-the right for the CPU target ("inplace": the graph writes its rows into the cache, the padding
-rows land past the filled length). See models/contract.py.
+the smallest bucket that holds it (the decode graph for a single token), left-padded: the NPU
+graphs' "rows" KV contract, where the host masks the padding and stores the new rows. The CPU
+target ("inplace": the graph writes its rows into the cache) takes any S, so its chunks run at
+their exact length. See models/contract.py.
 """
 
 from __future__ import annotations
@@ -103,19 +103,26 @@ class Decoder:
 
         One padded run beats several smaller ones: a graph's cost is mostly reading its weights,
         so 20 tokens go through the 32-bucket once, never through the decode graph 20 times.
-        In-place graphs write all S rows, padding included, so they must fit in the free slots.
+        In-place graphs (the CPU target's one graph) take any S: their chunks run at their exact
+        length, never padded.
         """
-        room = self.context - self.cache.length
-        fits = [b for b in self.buckets if b <= room] if self.inplace else self.buckets
-        if remaining >= fits[0]:
-            return fits[0]
-        return min(b for b in fits if b >= remaining)
+        if self.inplace:
+            return min(remaining, self.buckets[0])
+        if remaining >= self.buckets[0]:
+            return self.buckets[0]
+        return min(b for b in self.buckets if b >= remaining)
 
     def _run(self, chunk: list[int], seq: int, session=None) -> np.ndarray:
         n = len(chunk)
+        if seq not in self.io:  # an exact-length chunk of the in-place graph: its buffers, made once
+            g = self.manifest.graph("prefill", self.buckets[0])
+            self.io[seq] = _StepBuffers(g.model_copy(update={"seq": seq, "inputs": [
+                t.model_copy(update={"shape": [1, seq]}) if t.name == "input_ids" else t for t in g.inputs]}),
+                self.cache)
         io = self.io[seq]
         (self._inplace_inputs if self.inplace else self._rows_inputs)(io.inputs, chunk, seq)
-        out = self._execute(session or self.sessions[seq], seq, io.inputs, io.outputs)
+        session = session or self.sessions.get(seq) or self.sessions[self.buckets[0]]
+        out = self._execute(session, seq, io.inputs, io.outputs)
         if not self.inplace:
             for i in range(self.n_layers):
                 self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
@@ -140,14 +147,12 @@ class Decoder:
         mask[0, 0, pad:, c + pad:][causal] = 0.0  # real rows see real new tokens up to themselves
 
     def _inplace_inputs(self, inputs: dict, chunk: list[int], seq: int) -> None:
-        """Right-padded ids and the lengths GroupQueryAttention derives positions and masks from."""
-        n, pos = len(chunk), self.cache.length
-        ids = inputs["input_ids"]
-        ids[0, :n] = chunk
-        ids[0, n:] = 0
+        """The ids and the lengths GroupQueryAttention derives positions and masks from."""
+        pos = self.cache.length
+        inputs["input_ids"][0] = chunk  # exactly seq tokens: see _bucket
         inputs["seqlens_k"][0] = pos + seq - 1
         inputs["total_sequence_length"][...] = pos + seq
-        inputs["last_index"][0] = n - 1
+        inputs["last_index"][0] = seq - 1
 
     def _execute(self, session, seq: int, inputs: dict, outputs: dict) -> dict[str, np.ndarray]:
         """Run through the session's I/O binding (made on first use, then reused: a step creates no

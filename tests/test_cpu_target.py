@@ -139,14 +139,15 @@ def test_inplace_cache_to_the_last_slot(q4_sources, tmp_path):
         assert worst >= 0.995, worst
 
     rng = np.random.default_rng(5)
-    prompt = [int(t) for t in rng.integers(3, 290, size=21)]  # 16, then 5 right-padded into the 16 graph
+    prompt = [int(t) for t in rng.integers(3, 290, size=21)]  # 16, then 5: exact lengths, never padded
     logits, tokens = [dec.feed(prompt)], list(prompt)
+    session = dec.sessions[16]
+    assert set(dec._bindings) == {(id(session), 16), (id(session), 5)}
     while len(tokens) < 40:
         tokens.append(int(np.argmax(logits[-1])))
         logits.append(dec.feed([tokens[-1]]))
     check(logits, tokens, range(len(prompt) - 1, len(tokens)))
-    # rewind over written rows, then 8 tokens into the last 8 slots: no 16-row graph fits any
-    # more, so they go 4 + 4 (a padded 16-row write would run past the buffers)
+    # rewind over written rows, then 10 + 8 tokens: the last chunk fills the very last slots
     dec.rewind(30)
     tail = [int(t) for t in rng.integers(3, 290, size=18)]
     got = [dec.feed(tail[:10]), dec.feed(tail[10:])]

@@ -76,7 +76,7 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
 
     with b.scope("head"):
         # only the last real position's logits: the LM head dominates the cost otherwise
-        if cpu:  # right-padded chunks: the host says where the last real token is
+        if cpu:  # S is symbolic here: the host says where the last real token is
             h = b.node("Gather", [h, inp["last_index"]], axis=1, name="last_position")
         elif seq > 1:  # left-padded chunks: it is the last position
             h = b.node("Slice", [h, b.ints(seq - 1), b.ints(seq), b.ints(1)], name="last_position")
