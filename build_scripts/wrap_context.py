@@ -34,7 +34,8 @@ from onnx import TensorProto, helper
 from build_scripts.build import _staging
 from build_scripts.compile import resolve_target
 from build_scripts.errors import BuildError
-from models.manifest import GraphSpec, TensorSpec, hash_directory, load_manifest
+from build_scripts.quantize.qdq import KV_INPUT, KV_OUTPUT
+from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest
 
 # QNN data types (context-binary-utility names) -> the contract's dtypes; fixed point = quantized
 _QNN_TYPES = {
@@ -45,7 +46,6 @@ _QNN_TYPES = {
 }
 _ONNX_TYPES = {"float32": TensorProto.FLOAT, "int32": TensorProto.INT32, "int64": TensorProto.INT64,
                "uint16": TensorProto.UINT16, "uint8": TensorProto.UINT8}
-_KV = ("past_key_", "past_value_", "new_key_", "new_value_")
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,10 @@ def _tensor(raw: dict) -> QnnTensor:
     return QnnTensor(t["name"], dtype, quantized, [int(d) for d in t["dimensions"]], scale, zero_point)
 
 
+def _is_kv(name: str) -> bool:
+    return bool(KV_INPUT.match(name) or KV_OUTPUT.match(name))
+
+
 def _check_graph(spec: GraphSpec, g: QnnGraph) -> None:
     """The binary's graph must have the contract's I/O: names, shapes, types (KV as uint16)."""
     for kind, want, have in (("input", spec.inputs, g.inputs), ("output", spec.outputs, g.outputs)):
@@ -113,7 +117,7 @@ def _check_graph(spec: GraphSpec, g: QnnGraph) -> None:
             if q.shape != t.shape:
                 raise BuildError(f"graph {spec.name}: {t.name} has shape {q.shape} in the binary, the contract "
                                  f"says {t.shape}")
-            if t.name.startswith(_KV):
+            if _is_kv(t.name):
                 if not (q.quantized and q.dtype == "uint16" and q.scale):
                     raise BuildError(f"graph {spec.name}: KV tensor {t.name} must be 16-bit fixed point with a "
                                      f"scale/offset encoding (the runtime stores raw rows); it is {q.dtype}")
@@ -129,7 +133,7 @@ def _kv_encodings(specs: list[GraphSpec], graphs: dict[str, QnnGraph], n_layers:
     for spec in specs:
         g = graphs[spec.name]
         for q in (*g.inputs.values(), *g.outputs.values()):
-            if not q.name.startswith(_KV):
+            if not _is_kv(q.name):
                 continue
             key = q.name.split("_", 1)[1]  # key_3 / value_3
             enc = {"scale": q.scale, "zero_point": q.zero_point}
@@ -158,9 +162,9 @@ def _ctx_model(spec: GraphSpec, g: QnnGraph, binary_name: str) -> onnx.ModelProt
 
 
 def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], target: str, out: str | Path,
-                 graph_names: dict[str, str] | None = None) -> Path:
+                 graph_names: dict[str, str] | None = None) -> Manifest:
     """Wrap QAIRT context binaries ((binary, its utility JSON) pairs) for the graphs of `model_dir`
-    into a new model directory `out` (see the module docstring). Returns `out`."""
+    into a new model directory `out` (see the module docstring). Returns its manifest."""
     src, out = Path(model_dir), Path(out)
     m = load_manifest(src)
     t = resolve_target(target)
@@ -222,12 +226,12 @@ def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], targe
                                   "wrapped": {s.name: graphs[s.name].name for s in specs}}]}
         new.files = hash_directory(tmp)
         new.save(tmp)
-    return out
+    return new
 
 
 def _contract_io(spec: GraphSpec) -> GraphSpec:
     """The graph's I/O as a wrapped binary exchanges it: KV tensors as raw uint16."""
     def kv16(ts):
-        return [t.model_copy(update={"dtype": "uint16"}) if t.name.startswith(_KV) else t for t in ts]
+        return [t.model_copy(update={"dtype": "uint16"}) if _is_kv(t.name) else t for t in ts]
 
     return spec.model_copy(update={"inputs": kv16(spec.inputs), "outputs": kv16(spec.outputs)})

@@ -26,7 +26,6 @@ class StaticKVCache:
                  fill: float | Sequence[tuple[float, float]] | None = None, keys_transposed: bool = True):
         self.slots = slots
         self.dtype = np.dtype(dtype)
-        self.keys_transposed = keys_transposed
         fills = [(fill, fill)] * n_layers if fill is None or np.isscalar(fill) else list(fill)
         if len(fills) != n_layers:
             raise ValueError(f"fill needs one (key, value) pair per layer ({n_layers}), got {len(fills)}")

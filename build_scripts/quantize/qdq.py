@@ -182,6 +182,7 @@ class Plan:
     blocked: dict[str, int] = field(default_factory=dict)  # weight -> block size (int4 blocks)
     kv_pinned: dict[str, list[str]] = field(default_factory=dict)  # KV tensor -> tensors pinned with it
     user: dict[str, dict[str, Any]] = field(default_factory=dict)  # tensor -> user override applied
+    float_nodes: list[str] = field(default_factory=list)  # nodes the recipe keeps unquantized (keep_float)
 
 
 def kv_pin_chain(model: onnx.ModelProto, output: str) -> list[str]:
@@ -203,7 +204,7 @@ def build_plan(model: onnx.ModelProto, recipe: Recipe, kv_ranges: dict[str, tupl
     g = model.graph
     roles = weight_roles(model)
     inits = _initializers(g)
-    plan = Plan({})
+    plan = Plan({}, float_nodes=recipe.float_nodes(n.name for n in g.node))
 
     for name, (role, axis) in roles.items():
         default = {"linear": recipe.linear_weights, "lm_head": recipe.lm_head, "embedding": recipe.embedding,
@@ -302,16 +303,12 @@ def quantize_graph(prepared: Path, out: Path, ranges: dict[str, tuple[float, flo
                         quant_format=config.quant_format, activation_type=config.activation_type,
                         weight_type=config.weight_type, op_types_to_quantize=config.op_types_to_quantize,
                         nodes_to_quantize=config.nodes_to_quantize,
-                        nodes_to_exclude=[*(config.nodes_to_exclude or []), *recipe.float_nodes(_node_names(prepared))],
+                        nodes_to_exclude=[*(config.nodes_to_exclude or []), *plan.float_nodes],
                         per_channel=config.per_channel, reduce_range=config.reduce_range,
                         use_external_data_format=config.use_external_data_format,
                         extra_options=config.extra_options, calibration_cache_path=str(cache))
     finally:
         root.setLevel(level)
-
-
-def _node_names(path: Path) -> list[str]:
-    return [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]
 
 
 # ------------------------------------------------------------------------------------------------
