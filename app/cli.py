@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -96,15 +97,16 @@ def _target_names(targets: tuple[str, ...]) -> list[str]:
     return [t.strip() for spec in targets for t in spec.split(",") if t.strip() and t.strip() != "cpu"]
 
 
-def _compile(model_dir: Path, targets: tuple[str, ...], variant: str) -> None:
+def _compile(model_dir: Path, targets: tuple[str, ...], variant: str, part_budget: int | None = None) -> None:
     """Compile a built model for HTP targets and record the builds in its manifest."""
     from build_scripts.compile import compile_model_dir, record_target
 
     names = _target_names(targets)
     if not names:
         return  # --target cpu: the ONNX graphs are the CPU build
+    budget = {} if part_budget is None else {"part_budget": part_budget}
     for shared in _VARIANTS[variant]:
-        record_target(model_dir, compile_model_dir(model_dir, names, shared=shared))
+        record_target(model_dir, compile_model_dir(model_dir, names, shared=shared, **budget))
         click.echo(f"compiled {model_dir.name} for {', '.join(names)} ({'shared' if shared else 'sim'})", err=True)
 
 
@@ -116,16 +118,33 @@ _variant_option = click.option(
     help="sim: unshared binaries (x86 simulator and devices); shared: prefill+decode share weights (devices).")
 
 
+class _Size(click.ParamType):
+    name = "size"
+    _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+    def convert(self, value, param, ctx):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmg]?b?)\s*", str(value).lower())
+        if not m or float(m.group(1)) <= 0:
+            self.fail(f"{value!r} is not a size such as 1.5GB, 800MB or 1500000000", param, ctx)
+        return int(float(m.group(1)) * self._UNITS[m.group(2)])
+
+
+_part_option = click.option(
+    "--part-budget", type=_Size(), default=None,
+    help="LLMs: weights per HTP context part, e.g. 1.5GB (the default); bigger models are split by layers.")
+
+
 @main.command("compile")
 @click.argument("model_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @_target_option
 @_variant_option
+@_part_option
 @_friendly
-def compile_cmd(model_dir: Path, targets: tuple[str, ...], variant: str) -> None:
+def compile_cmd(model_dir: Path, targets: tuple[str, ...], variant: str, part_budget: int | None) -> None:
     """Compile a model directory's graphs into QNN HTP context binaries (no op left on the CPU)."""
     if not targets:
         raise click.UsageError("give at least one --target")
-    _compile(model_dir, targets, variant)
+    _compile(model_dir, targets, variant, part_budget)
 
 
 _CPU_QUANT = ("int4", "int8")  # MatMulNBits graphs, made while building (CPU only)
@@ -181,9 +200,10 @@ def _check_cpu_quant(quant: str, targets: tuple[str, ...]) -> None:
 @_calib
 @_target_option
 @_variant_option
+@_part_option
 @_friendly
 def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str | None, quant: str,
-                  calib: tuple[Path, ...], calib_samples: int, targets, variant) -> None:
+                  calib: tuple[Path, ...], calib_samples: int, targets, variant, part_budget) -> None:
     """Build a decoder LLM (llama / qwen2) into prefill + decode graphs."""
     from build_scripts.build import build_llm
 
@@ -195,7 +215,7 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
     m = load_manifest(out)
     click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(dict.fromkeys(g.file for g in m.graphs))} "
                f"in {out}")
-    _compile(out, targets, variant)
+    _compile(out, targets, variant, part_budget)
 
 
 @build.command("embedder")

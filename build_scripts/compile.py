@@ -12,7 +12,9 @@ Two variants per target:
   session, `ep.stop_share_ep_contexts=1` on the last): what devices load.
 - `sim`: one binary per graph: what the x86 HTP simulator loads (it cannot load shared binaries).
 
-Layout inside a model directory: `htp/<target>/<shared|sim>/<graph>_ctx.onnx` + `*.bin`.
+Layout inside a model directory: `htp/<target>/<shared|sim>/<graph>_ctx.onnx` + `*.bin`; an LLM
+over the part budget is split by layers first (build_scripts/split.py) and each part compiled in
+its own child process: `<graph>.part<k>_ctx.onnx`, one shared binary per part.
 `compile_model_dir` returns the entry proposed for the manifest's `target` field.
 
 This module talks to ONNX Runtime directly (no import of `runtime`: build_scripts and runtime
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 from build_scripts.errors import BuildError
+from build_scripts.split import DEFAULT_PART_BUDGET, plan_parts, write_parts
 
 EP_NAME = "QNNExecutionProvider"
 _MARKER = "@@HEXRAG-QNN-JOB"
@@ -436,11 +439,14 @@ def _failure_message(failed: list[CompileReport], target: Target, log_path: Path
 # ------------------------------------------------------------------------------------------------
 
 def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Target], shared: bool,
-                      fp16: bool = True, **kwargs) -> dict:
+                      fp16: bool = True, part_budget: int = DEFAULT_PART_BUDGET, **kwargs) -> dict:
     """Compile every graph of a model directory's manifest into `htp/<target>/<shared|sim>/`.
 
-    Returns the proposed manifest `target` entry: the existing entry's builds (if it already is
-    an HTP entry) plus the new ones, each with soc/arch, variant, files and compile times.
+    An LLM whose weights exceed `part_budget` bytes is split by layers into parts
+    (build_scripts/split.py), each compiled on its own: with `shared`, one binary per part holds
+    that part of every graph. Returns the proposed manifest `target` entry: the existing entry's
+    builds (if it already is an HTP entry) plus the new ones, each with soc/arch, variant, files
+    (a list of parts, run in order, for a split graph) and compile times.
     """
     from models.manifest import load_manifest
 
@@ -448,32 +454,65 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     manifest = load_manifest(model_dir, verify=False)
     variant = "shared" if shared else "sim"
     versions = qnn_versions()
+    ranges = _part_ranges(model_dir, manifest, part_budget, fp16)
+    sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
     builds = []
-    for spec in targets:
-        target = resolve_target(spec)
-        out = model_dir / "htp" / target.name / variant
-        shutil.rmtree(out, ignore_errors=True)
-        jobs = [(model_dir / g.file, out / f"{Path(g.file).stem}_ctx.onnx") for g in manifest.graphs]
-        share = shared and len(jobs) > 1
-        reports = compile_graphs(jobs, target, fp16=fp16, shared=share, **kwargs)
-        sdk = next((r.sdk_version for r in reports if r.sdk_version), None)
-        if sdk:
-            versions["qnn_build"] = sdk
-        binaries = sorted({r.binary for r in reports if r.binary})
-        builds.append({
-            "target": target.name, "chip": target.chip, "soc_model": target.soc_model, "htp_arch": target.htp_arch,
-            "variant": variant, "shared_weights": share,
-            "graphs": {g.name: r.ctx_path.relative_to(model_dir).as_posix() for g, r in zip(manifest.graphs, reports)},
-            "binaries": {b.relative_to(model_dir).as_posix(): b.stat().st_size for b in binaries},
-            "compile_seconds": {g.name: round(r.seconds or 0.0, 3) for g, r in zip(manifest.graphs, reports)},
-            "placement": {g.name: {"htp": len(r.htp_nodes), "cpu": len(r.cpu_nodes)} for g, r in zip(manifest.graphs, reports)},
-        })
+    try:
+        if len(ranges) > 1:
+            sources = {g.name: write_parts(model_dir, g.file, ranges, manifest.architecture["hidden"])
+                       for g in manifest.graphs}
+        for spec in targets:
+            target = resolve_target(spec)
+            out = model_dir / "htp" / target.name / variant
+            shutil.rmtree(out, ignore_errors=True)
+            share = shared and len(manifest.graphs) > 1
+            reports: dict[str, list[CompileReport]] = {g.name: [] for g in manifest.graphs}
+            for k in range(len(ranges)):
+                jobs = [(sources[g.name][k], out / f"{sources[g.name][k].stem}_ctx.onnx") for g in manifest.graphs]
+                for g, rep in zip(manifest.graphs, compile_graphs(jobs, target, fp16=fp16, shared=share, **kwargs)):
+                    reports[g.name].append(rep)
+            every = [r for rs in reports.values() for r in rs]
+            sdk = next((r.sdk_version for r in every if r.sdk_version), None)
+            if sdk:
+                versions["qnn_build"] = sdk
+            binaries = sorted({r.binary for r in every if r.binary})
+
+            def files(rs: list[CompileReport]) -> str | list[str]:
+                rel = [r.ctx_path.relative_to(model_dir).as_posix() for r in rs]
+                return rel[0] if len(rel) == 1 else rel
+
+            builds.append({
+                "target": target.name, "chip": target.chip, "soc_model": target.soc_model, "htp_arch": target.htp_arch,
+                "variant": variant, "shared_weights": share, "parts": len(ranges),
+                "part_layers": [[a, b - 1] for a, b in ranges],
+                "graphs": {name: files(rs) for name, rs in reports.items()},
+                "binaries": {b.relative_to(model_dir).as_posix(): b.stat().st_size for b in binaries},
+                "compile_seconds": {name: round(sum(r.seconds or 0.0 for r in rs), 3) for name, rs in reports.items()},
+                "placement": {name: {"htp": sum(len(r.htp_nodes) for r in rs), "cpu": sum(len(r.cpu_nodes) for r in rs)}
+                              for name, rs in reports.items()},
+            })
+    finally:
+        if len(ranges) > 1:
+            for paths in sources.values():
+                for path in paths:
+                    path.unlink(missing_ok=True)
     previous = manifest.target.get("builds", []) if manifest.target.get("backend") == "htp" else []
     new_keys = {(b["target"], b["variant"]) for b in builds}
     merged = [b for b in previous if (b["target"], b["variant"]) not in new_keys] + builds
     return {"backend": "htp", "precision": "fp16" if fp16 else "fp32",
             "weights_bytes": (model_dir / manifest.weights_file).stat().st_size, "versions": versions,
             "builds": merged}
+
+
+def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tuple[int, int]]:
+    """Layer ranges of the parts an LLM's graphs are cut into ([(0, layers)]: not split)."""
+    n_layers = (manifest.architecture or {}).get("n_layers", 0)
+    if manifest.kind != "llm" or (model_dir / manifest.weights_file).stat().st_size <= budget:
+        return [(0, n_layers)]
+    import onnx
+
+    model = onnx.load(str(model_dir / manifest.graphs[0].file), load_external_data=False)
+    return plan_parts(model, budget, fp16=fp16)
 
 
 def record_target(model_dir: str | Path, entry: dict) -> None:

@@ -19,7 +19,7 @@ from models.manifest import load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.graphs import graph_paths
 from runtime.kv_cache import StaticKVCache
-from runtime.session import GraphSession
+from runtime.session import open_graph
 
 
 START_GRAPH = "start"  # graph name of the position-0 graph of quantized models
@@ -45,16 +45,17 @@ class Decoder:
         # (packing bought 25% there), while prefill barely gains from it and each packed copy costs a
         # full set of weights. MatMulNBits graphs always pack: their integer kernels need it
         blocks = (m.quantization or {}).get("format") == "MatMulNBits"
-        opened: dict[Path, GraphSession] = {}  # the CPU target lists one file for every step size
+        opened = {}  # the CPU target lists one file for every step size
 
-        def session(g) -> GraphSession:
-            if paths[g.name] not in opened:
+        def session(g):
+            key = str(paths[g.name])
+            if key not in opened:
                 pack = (blocks or g.kind == "decode") if prepack is None else prepack
-                opened[paths[g.name]] = GraphSession(paths[g.name], backend, threads, prepack=pack)
-            return opened[paths[g.name]]
+                opened[key] = open_graph(paths[g.name], backend, threads, prepack=pack)
+            return opened[key]
 
         self.sessions = {g.seq: session(g) for g in m.graphs if g.name != START_GRAPH}
-        self.start_session = next((GraphSession(paths[g.name], backend, threads, prepack=False)
+        self.start_session = next((open_graph(paths[g.name], backend, threads, prepack=False)
                                    for g in m.graphs if g.name == START_GRAPH), None)
         self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
         self.n_layers = arch["n_layers"]

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from models.manifest import load_manifest
 from runtime.errors import RuntimeModelError
 from runtime.graphs import graph_paths
-from runtime.session import GraphSession
+from runtime.session import open_graph
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Embedder:
         graph = m.graph("embed")
         self.batch, self.seq = graph.batch, graph.seq
         self.dim = m.architecture["hidden"]
-        self.session = GraphSession(graph_paths(self.dir, m, backend)[graph.name], backend, threads)
+        self.session = open_graph(graph_paths(self.dir, m, backend)[graph.name], backend, threads)
         self.tokenizer = Tokenizer.from_file(str(self.dir / m.tokenizer.file))
         # the graph has a fixed length: we pad and truncate ourselves and report truncation
         self.tokenizer.no_padding()

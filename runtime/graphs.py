@@ -8,8 +8,9 @@ from models.manifest import Manifest
 from runtime.errors import RuntimeModelError
 
 
-def graph_paths(model_dir: Path, manifest: Manifest, backend: str) -> dict[str, Path]:
-    """Graph name -> file: the ONNX graph on the CPU, the compiled context model on HTP.
+def graph_paths(model_dir: Path, manifest: Manifest, backend: str) -> dict[str, Path | list[Path]]:
+    """Graph name -> file: the ONNX graph on the CPU, the compiled context model on HTP (a list of
+    context models, run in order, for a model compiled in parts: see runtime.session.open_graph).
 
     A model without an HTP build still opens on `htp` from its ONNX graphs, compiled when the
     session is created (slow; `hexrag compile` makes context binaries that load in milliseconds).
@@ -21,5 +22,7 @@ def graph_paths(model_dir: Path, manifest: Manifest, backend: str) -> dict[str, 
         from runtime import qnn  # imports onnxruntime-qnn only when HTP is asked for
 
         build = qnn.select_build(manifest.target)
-        return {g.name: model_dir / build["graphs"][g.name] for g in manifest.graphs}
+        files = build["graphs"]
+        return {g.name: model_dir / files[g.name] if isinstance(files[g.name], str)
+                else [model_dir / f for f in files[g.name]] for g in manifest.graphs}
     return {g.name: model_dir / g.file for g in manifest.graphs}

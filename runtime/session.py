@@ -110,6 +110,10 @@ class GraphSession:
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self.output_names, self._session.run(self.output_names, feeds)))
 
+    def output_specs(self) -> dict[str, tuple[list[int], np.dtype]]:
+        """Output name -> (shape, numpy dtype), for graphs with static output shapes."""
+        return {o.name: ([int(d) for d in o.shape], np.dtype(_NUMPY[o.type])) for o in self._session.get_outputs()}
+
     def bind(self, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> ort.IOBinding:
         """Bind preallocated host arrays to the graph's inputs and outputs, once: `run_bound` then
         reads the inputs where they are and writes the outputs into their arrays, so a step creates
@@ -127,6 +131,58 @@ class GraphSession:
     @property
     def providers(self) -> list[str]:
         return self._session.get_providers()
+
+
+class PartedSession:
+    """A graph compiled in parts (a model too big for one HTP context, see build_scripts/split.py),
+    run part after part, each reading the boundary tensor the previous one wrote. It behaves as
+    one GraphSession: the inputs and outputs are the whole graph's, the boundary tensors are
+    allocated here once and bound like every other buffer."""
+
+    def __init__(self, paths: list[Path], backend: str = "cpu", threads: int | None = None, **kwargs):
+        self.parts = [GraphSession(p, backend, threads, **kwargs) for p in paths]
+        self.paths = [s.path for s in self.parts]
+        self.backend = backend
+        made: dict[str, tuple[list[int], np.dtype]] = {}
+        self._boundary: dict[str, np.ndarray] = {}
+        for s in self.parts:
+            for name in s.input_names:
+                if name in made and name not in self._boundary:
+                    self._boundary[name] = np.zeros(*made[name])
+            made.update(s.output_specs())
+        self.input_names = list(dict.fromkeys(n for s in self.parts for n in s.input_names if n not in self._boundary))
+        self.output_names = [n for s in self.parts for n in s.output_names if n not in self._boundary]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = dict(feeds)
+        for s in self.parts:
+            values.update(s.run({n: values[n] for n in s.input_names}))
+        return {n: values[n] for n in self.output_names}
+
+    def bind(self, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> list[ort.IOBinding]:
+        arrays = {**inputs, **outputs, **self._boundary}
+        return [s.bind(arrays, arrays) for s in self.parts]
+
+    def run_bound(self, bindings: list[ort.IOBinding]) -> None:
+        for s, binding in zip(self.parts, bindings):
+            s.run_bound(binding)
+
+    @property
+    def providers(self) -> list[str]:
+        return self.parts[0].providers
+
+
+def open_graph(path: Path | list[Path], backend: str = "cpu", threads: int | None = None,
+               **kwargs) -> GraphSession | PartedSession:
+    """A session for one entry of runtime.graphs.graph_paths: a file, or the parts of a split graph."""
+    if isinstance(path, list):
+        return PartedSession(path, backend, threads, **kwargs)
+    return GraphSession(path, backend, threads, **kwargs)
+
+
+_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(uint16)": np.uint16,
+          "tensor(int16)": np.int16, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8,
+          "tensor(int32)": np.int32, "tensor(int64)": np.int64}
 
 
 def _buffer(name: str, a: np.ndarray) -> tuple:

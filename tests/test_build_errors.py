@@ -120,3 +120,8 @@ def test_failed_rebuild_keeps_the_previous_model(tiny_sources, tmp_path):
 def test_missing_required_option(args):
     proc = hexrag(*args)
     assert proc.returncode == 2 and "Missing option" in proc.stderr
+
+
+def test_bad_part_budget_is_a_usage_error(tmp_path):
+    proc = hexrag("compile", str(tmp_path), "--target", "sm8650", "--part-budget", "lots")
+    assert proc.returncode == 2 and "not a size such as 1.5GB" in proc.stderr

@@ -245,6 +245,49 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
     assert sess.input_names and "past_key_0" in sess.input_names
 
 
+def test_a_model_over_the_part_budget_compiles_in_parts_that_run_like_the_whole(w8, tmp_path, monkeypatch):
+    from build_scripts.split import part_weight_bytes, plan_parts
+
+    compile_model_dir, record_target, qnn = _htp()
+    d = tmp_path / "llama_w8a16"
+    shutil.copytree(w8["dir"], d)
+    m = load_manifest(d)
+    decode = _graph(d, "decode")
+    whole = part_weight_bytes(decode, [(0, m.architecture["n_layers"])])[0]
+    budget = whole * 6 // 10  # two layers, embedding and head: two parts of about half each
+    assert plan_parts(decode, budget) == [(0, 1), (1, 2)]
+    assert max(part_weight_bytes(decode, [(0, 1), (1, 2)])) <= budget
+    with pytest.raises(BuildError, match="raise the budget"):
+        plan_parts(decode, whole // 10)
+
+    entry = compile_model_dir(d, ["sm8650"], shared=False, fp16=False, part_budget=budget)
+    record_target(d, entry)
+    sim = entry["builds"][0]
+    assert sim["parts"] == 2 and sim["part_layers"] == [[0, 0], [1, 1]]
+    for graph, files in sim["graphs"].items():
+        assert [Path(f).name for f in files] == [f"{graph}.part0_ctx.onnx", f"{graph}.part1_ctx.onnx"]
+        assert sim["placement"][graph]["cpu"] == 0
+    assert not list(d.glob("*.part*.onnx"))  # the split graphs are compile intermediates
+    # devices: one context binary per part holds that part of every graph
+    shared = compile_model_dir(d, ["sm8650"], shared=True, fp16=False, part_budget=budget)
+    record_target(d, shared)
+    binaries = shared["builds"][-1]["binaries"]
+    assert sorted(Path(b).name for b in binaries) == ["prefill_16.part0_ctx_qnn.bin", "prefill_16.part1_ctx_qnn.bin"]
+
+    # the simulator runs the parts one after the other, as the CPU runs the whole quantized graphs
+    monkeypatch.setenv(qnn.TARGET_ENV, "sm8650")
+    cpu, htp = Decoder(d), Decoder(d, backend="htp")
+    assert len(htp.sessions[1].parts) == 2
+    rng = np.random.default_rng(11)
+    prompt = [int(t) for t in rng.integers(3, 290, size=21)]
+    lc, lh = cpu.feed(prompt), htp.feed(prompt)
+    for step in range(4):
+        assert cosine(lc, lh) >= 0.999, (step, cosine(lc, lh))
+        tok = int(np.argmax(lc))
+        assert int(np.argmax(lh)) == tok
+        lc, lh = cpu.feed([tok]), htp.feed([tok])
+
+
 _QNN_NAMES = {TensorProto.FLOAT: "QNN_DATATYPE_FLOAT_32", TensorProto.INT32: "QNN_DATATYPE_INT_32",
               TensorProto.UINT16: "QNN_DATATYPE_UFIXED_POINT_16"}
 

@@ -4,7 +4,7 @@ Per compiled target and variant (the manifest's `target.builds`, written by buil
   on HTP          share of graph nodes QNN placed on HTP: from the compile record, else counted in
                   the EPContext models (an EPContext node stands for every node compiled into it)
   binary/weights  context-binary bytes ÷ weights-file bytes (shared: prefill + decode ≈ 1× the weights)
-  parts           context binaries the build loads
+  parts           pieces each graph is split into by layers (build_scripts/split.py)
   compile s       QNN compile time, all graphs
 Per chip (chips.py): decode ceiling = DRAM bandwidth ÷ bytes read per generated token, i.e. the
 weights as the HTP holds them plus the whole static KV cache (every decode step reads all C slots).
@@ -20,11 +20,11 @@ from app.bench.chips import AI_HUB, CHIPS
 FP16_BYTES = 2  # float graphs run in fp16 on HTP; quantized KV caches are uint16
 
 
-def _ctx_node_share(model_dir: Path, graphs: dict[str, str]) -> float | None:
+def _ctx_node_share(model_dir: Path, graphs: dict[str, str | list[str]]) -> float | None:
     import onnx
 
     ctx = other = 0
-    for rel in graphs.values():
+    for rel in (f for files in graphs.values() for f in ([files] if isinstance(files, str) else files)):
         path = model_dir / rel
         if not path.is_file():
             return None
@@ -45,7 +45,7 @@ def _build_row(model_dir: Path, build: dict, weights_bytes: int) -> dict:
             "shared_weights": build.get("shared_weights", False), "graphs": len(build.get("graphs", {})),
             "htp_node_share": share, "htp_nodes": htp or None, "binary_bytes": binary_bytes,
             "weights_bytes": weights_bytes, "binary_to_weights": binary_bytes / weights_bytes if weights_bytes else None,
-            "parts": len(binaries), "compile_seconds": round(sum((build.get("compile_seconds") or {}).values()), 2)}
+            "parts": build.get("parts", 1), "compile_seconds": round(sum((build.get("compile_seconds") or {}).values()), 2)}
 
 
 def kv_bytes(arch: dict, context: int) -> int:
