@@ -390,7 +390,7 @@ def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
 # w4a16 (LPBQ) and recipe files
 # ------------------------------------------------------------------------------------------------
 
-def test_w4a16_blocks_compile_to_lpbq_and_run(tiny_builds, tmp_path):
+def test_w4a16_blocks_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatch):
     out = tmp_path / "llama_w4a16"
     result = quantize_model_dir(tiny_builds["llama"], "w4a16", samples=SAMPLES, out=out, progress=False,
                                 eval_samples=4)
@@ -408,11 +408,13 @@ def test_w4a16_blocks_compile_to_lpbq_and_run(tiny_builds, tmp_path):
     assert list(inits["layers.0.up.weight_t_blockscale"].dims) == [1, 128]  # [K/64, N]
     # random weights say little about int4 accuracy (see the issue); it must still track float
     assert result["metrics"]["logits_cosine"] >= 0.9
-    compile_model_dir, record_target, _ = _htp()
-    entry = compile_model_dir(out, ["sm8650"], shared=False, fp16=False,
+    compile_model_dir, record_target, qnn = _htp()
+    entry = compile_model_dir(out, TARGETS, shared=False, fp16=False,
                               provider_options={"enable_block_quant_weight_optimization": "1"})
-    assert all(p["cpu"] == 0 for p in entry["builds"][0]["placement"].values())
+    assert [b["target"] for b in entry["builds"]] == TARGETS
+    assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
     record_target(out, entry)
+    monkeypatch.setenv(qnn.TARGET_ENV, TARGETS[0])
     cpu, htp = Decoder(out), Decoder(out, backend="htp")
     prompt = [5, 17, 42, 8, 99, 23, 7]
     assert cosine(cpu.feed(prompt), htp.feed(prompt)) >= 0.999
