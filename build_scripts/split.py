@@ -120,8 +120,9 @@ def _part_outputs(g: _Graph, start: int, end: int) -> list[str]:
 
 
 def part_weight_bytes(model: onnx.ModelProto, ranges: list[tuple[int, int]], fp16: bool = False) -> list[int]:
+    """Bytes of the initializers each part reads (each counted once per part)."""
     g = _Graph(model)
-    return [sum(tensor_bytes(g.inits[i], fp16) for n in _trace_part(g, a, b) for i in set(n.input) if i in g.inits)
+    return [sum(tensor_bytes(g.inits[i], fp16) for i in {i for n in _trace_part(g, a, b) for i in n.input} if i in g.inits)
             for a, b in ranges]
 
 
@@ -142,27 +143,23 @@ def plan_parts(model: onnx.ModelProto, budget: int, fp16: bool = False) -> list[
     n = g.n_layers
     if n == 0:
         raise BuildError(f"graph {model.graph.name} has no layers to split")
-    # weights per layer, plus what only the first part (embedding) or the last (norm, head) reads
-    per_layer = np.zeros(n, np.int64)
-    edge = {0: 0, n - 1: 0}
+    # weights per layer; what the embedding reads goes with layer 0, the final norm and LM head with
+    # the last layer. A tensor read in two places (a tied embedding/head table) counts in both: a
+    # part holds its own copy of everything it reads
+    cost = np.zeros(n, np.int64)
     tail = set(id(x) for x in g.trace(_part_outputs(g, n, n), {g.boundary(n - 1)}))
-    counted: set[str] = set()
+    counted: set[tuple[str, int]] = set()
     for node in model.graph.node:
         layer = _layer(node.name)
+        if layer is None:
+            layer = n - 1 if id(node) in tail else 0
         for i in node.input:
-            if i in g.inits and i not in counted:
-                counted.add(i)
-                size = tensor_bytes(g.inits[i], fp16)
-                if layer is not None:
-                    per_layer[layer] += size
-                else:
-                    edge[n - 1 if id(node) in tail else 0] += size
-    cost = per_layer.copy()
-    cost[0] += edge[0]
-    cost[n - 1] += edge[n - 1]
+            if i in g.inits and (i, layer) not in counted:
+                counted.add((i, layer))
+                cost[layer] += tensor_bytes(g.inits[i], fp16)
     if cost.max() > budget:
-        raise BuildError(f"one layer of {model.graph.name} needs {cost.max() / 1e6:.0f} MB of weights, more than the "
-                         f"part budget of {budget / 1e6:.0f} MB: raise the budget")
+        raise BuildError(f"one layer of {model.graph.name} needs {cost.max() / 1e6:.3g} MB of weights, more than the "
+                         f"part budget of {budget / 1e6:.3g} MB: raise the budget")
 
     def pack(limit: int) -> list[tuple[int, int]]:
         ranges, start, total = [], 0, 0
