@@ -406,6 +406,12 @@ def test_w4a16_blocks_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatch
     assert attrs == {"axis": 0, "block_size": 64} and len(node.input) == 2  # symmetric: no zero point
     assert inits["layers.0.up.weight_t_blockq"].data_type == TensorProto.INT4
     assert list(inits["layers.0.up.weight_t_blockscale"].dims) == [1, 128]  # [K/64, N]
+    # block scales on HTP's LPBQ grid (a 4-bit multiple of a per-channel scale), so the NPU runs
+    # exactly the weights measured here: checked where a channel has several blocks
+    down = numpy_helper.to_array(inits["layers.0.down.weight_t_blockscale"])  # [K/64, N], K = 128
+    steps = down / (down.max(axis=0) / 16)
+    assert down.shape[0] == 2 and np.allclose(steps, np.rint(steps), atol=1e-3) and steps.min() >= 1
+    assert len(np.unique(np.rint(steps))) > 2
     # random weights say little about int4 accuracy (see the issue); it must still track float
     assert result["metrics"]["logits_cosine"] >= 0.9
     compile_model_dir, record_target, qnn = _htp()

@@ -35,6 +35,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from build_scripts.errors import BuildError
+from build_scripts.quantize.gptq import lpbq_scales
 from build_scripts.quantize.recipes import Recipe
 
 log = logging.getLogger(__name__)
@@ -333,11 +334,12 @@ def unpack_int4(raw: bytes, count: int) -> np.ndarray:
 
 
 def block_quantize(weight: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int4 blocks of `block` rows of a [K, N] weight: (q int8 in [-8,7] [K,N], scale [K/block, N])."""
+    """Symmetric int4 blocks of `block` rows of a [K, N] weight: (q int8 in [-8,7] [K,N], scale [K/block, N]
+    on the LPBQ grid)."""
     k, n = weight.shape
     w = weight.astype(np.float32).reshape(k // block, block, n)
     amax = np.abs(w).max(axis=1)
-    scale = np.where(amax > 0, amax / 7.0, 1.0).astype(np.float32)
+    scale = lpbq_scales(np.where(amax > 0, amax / 7.0, 1.0).astype(np.float32), channel_axis=1)
     q = np.clip(np.rint(w / scale[:, None, :]), -8, 7).astype(np.int8).reshape(k, n)
     return q, scale
 
