@@ -4,8 +4,8 @@ Built in:
   w8a16  per-channel symmetric int8 on every linear (MatMul) weight, uint16 activations, uint16 KV
          cache I/O (the default for LLMs)
   w4a16  block-wise symmetric int4 on every linear weight (blocks of `block_size` along the input
-         dimension: what QNN lowers to LPBQ with enable_block_quant_weight_optimization=1);
-         uint16 activations and KV
+         dimension: what QNN lowers to LPBQ with enable_block_quant_weight_optimization=1, so the
+         block scales are made LPBQ-exact first: gptq.lpbq_scales); uint16 activations and KV
 Both keep the residual stream (the residual adds and the norms reading it) in float, fp16 on HTP:
 see FLOAT_RESIDUAL.
 Both keep the token-embedding table and the LM head at 16 bits, per tensor (symmetric int16):
