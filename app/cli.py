@@ -166,19 +166,25 @@ def _calib(f):
     return f
 
 
-def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samples: int) -> None:
-    """`build(dir)` makes the float model; a PTQ recipe then quantizes it into `out` (the float
-    build lives in a scratch directory next to it, so a failure leaves `out` as it was)."""
+def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samples: int,
+                     targets: tuple[str, ...] = ()) -> None:
+    """`build(dir)` makes the float model; a PTQ recipe (adjusted to the HTP targets) then quantizes
+    it into `out` (the float build lives in a scratch directory next to it, so a failure leaves
+    `out` as it was)."""
     if quant == "none":
         build(out)
         return
-    from build_scripts.quantize import quantize_model_dir, resolve_recipe
+    from build_scripts.compile import resolve_target
+    from build_scripts.quantize import for_targets, quantize_model_dir, resolve_recipe
 
-    resolve_recipe(quant)  # a bad recipe fails before the build, not after
+    # a bad recipe or target fails before the build, not after
+    recipe = for_targets(resolve_recipe(quant), [resolve_target(t).htp_arch for t in _target_names(targets)])
+    if recipe.name.endswith("+v68"):
+        click.echo("v68 target: the LM head is quantized int8 per channel (v68 has no 16-bit Gemm weights)", err=True)
     float_dir = out.parent / f".{out.name}.float"
     try:
         build(float_dir)
-        quantize_model_dir(float_dir, quant, calib=list(calib) or None, samples=samples, out=out)
+        quantize_model_dir(float_dir, recipe, calib=list(calib) or None, samples=samples, out=out)
     finally:
         shutil.rmtree(float_dir, ignore_errors=True)
 
@@ -211,7 +217,7 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
     graph_quant = quant if quant in _CPU_QUANT else "none"
     _build_quantized(lambda d: build_llm(weights, d, context=context, prefill=_sizes(prefill), name=name or out.name,
                                          quant=graph_quant),
-                     out, "none" if quant in _CPU_QUANT else quant, calib, calib_samples)
+                     out, "none" if quant in _CPU_QUANT else quant, calib, calib_samples, targets)
     m = load_manifest(out)
     click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(dict.fromkeys(g.file for g in m.graphs))} "
                f"in {out}")
@@ -238,7 +244,7 @@ def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str 
     if quant in _CPU_QUANT:
         raise click.UsageError(f"--quant {quant} is for LLMs; an embedder takes none, w8a16, w4a16 or a recipe file")
     _build_quantized(lambda d: build_embedder(weights, d, batch=batch, seq=seq, name=name or out.name),
-                     out, quant, calib, calib_samples)
+                     out, quant, calib, calib_samples, targets)
     m = load_manifest(out)
     click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {m.graphs[0].file} in {out}")
     _compile(out, targets, variant)

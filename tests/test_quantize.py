@@ -288,6 +288,22 @@ def test_a_model_over_the_part_budget_compiles_in_parts_that_run_like_the_whole(
         lc, lh = cpu.feed([tok]), htp.feed([tok])
 
 
+def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_builds, tmp_path):
+    """SA8295P (the cockpit class, v68) has no 16-bit Gemm weights: for_targets gives its builds an
+    int8 per-channel LM head; everything else (fp16 residual included) compiles as on v75."""
+    from build_scripts.quantize import RECIPES, for_targets
+
+    assert for_targets(RECIPES["w8a16"], [75, 79]) is RECIPES["w8a16"]
+    recipe = for_targets(RECIPES["w8a16"], [68, 75])
+    assert (recipe.name, recipe.lm_head, recipe.lm_head_per_channel) == ("w8a16+v68", "int8", True)
+    out = tmp_path / "llama_v68"
+    quantize_model_dir(tiny_builds["llama"], recipe, samples=SAMPLES, out=out, progress=False, eval_samples=2)
+    assert load_manifest(out).quantization["weights"]["tensors"]["lm_head"]["type"] == "int8"
+    compile_model_dir, _, _ = _htp()
+    entry = compile_model_dir(out, ["sa8295p"], shared=False, fp16=False)
+    assert all(p["cpu"] == 0 and p["htp"] > 100 for p in entry["builds"][0]["placement"].values())
+
+
 _QNN_NAMES = {TensorProto.FLOAT: "QNN_DATATYPE_FLOAT_32", TensorProto.INT32: "QNN_DATATYPE_INT_32",
               TensorProto.UINT16: "QNN_DATATYPE_UFIXED_POINT_16"}
 
