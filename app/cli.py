@@ -104,9 +104,8 @@ def _compile(model_dir: Path, targets: tuple[str, ...], variant: str, part_budge
     names = _target_names(targets)
     if not names:
         return  # --target cpu: the ONNX graphs are the CPU build
-    budget = {} if part_budget is None else {"part_budget": part_budget}
     for shared in _VARIANTS[variant]:
-        record_target(model_dir, compile_model_dir(model_dir, names, shared=shared, **budget))
+        record_target(model_dir, compile_model_dir(model_dir, names, shared=shared, part_budget=part_budget))
         click.echo(f"compiled {model_dir.name} for {', '.join(names)} ({'shared' if shared else 'sim'})", err=True)
 
 

@@ -439,10 +439,10 @@ def _failure_message(failed: list[CompileReport], target: Target, log_path: Path
 # ------------------------------------------------------------------------------------------------
 
 def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Target], shared: bool,
-                      fp16: bool = True, part_budget: int = DEFAULT_PART_BUDGET, **kwargs) -> dict:
+                      fp16: bool = True, part_budget: int | None = None, **kwargs) -> dict:
     """Compile every graph of a model directory's manifest into `htp/<target>/<shared|sim>/`.
 
-    An LLM whose weights exceed `part_budget` bytes is split by layers into parts
+    An LLM whose weights exceed `part_budget` bytes (default 1.5 GB) is split by layers into parts
     (build_scripts/split.py), each compiled on its own: with `shared`, one binary per part holds
     that part of every graph. Returns the proposed manifest `target` entry: the existing entry's
     builds (if it already is an HTP entry) plus the new ones, each with soc/arch, variant, files
@@ -454,7 +454,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     manifest = load_manifest(model_dir, verify=False)
     variant = "shared" if shared else "sim"
     versions = qnn_versions()
-    ranges = _part_ranges(model_dir, manifest, part_budget, fp16)
+    ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
     builds = []
     try:

@@ -141,8 +141,6 @@ class PartedSession:
 
     def __init__(self, paths: list[Path], backend: str = "cpu", threads: int | None = None, **kwargs):
         self.parts = [GraphSession(p, backend, threads, **kwargs) for p in paths]
-        self.paths = [s.path for s in self.parts]
-        self.backend = backend
         made: dict[str, tuple[list[int], np.dtype]] = {}
         self._boundary: dict[str, np.ndarray] = {}
         for s in self.parts:
