@@ -129,7 +129,8 @@ def test_bench_build_metrics_from_a_compiled_model(tiny_builds, tmp_path):
     assert cli("compile", str(model), "--target", "sm8650", "--variant", "both").exit_code == 0
     r = json.loads(cli("bench", "build", "--model", str(model), "--json").stdout)
     builds = {b["variant"]: b for b in r["builds"]}
-    assert builds["sim"]["parts"] == 3 and builds["shared"]["parts"] == 1
+    assert builds["sim"]["binaries"] == 3 and builds["shared"]["binaries"] == 1  # one per graph / one shared
+    assert builds["sim"]["parts"] == builds["shared"]["parts"] == 1  # far below the part budget
     assert builds["sim"]["htp_node_share"] == builds["shared"]["htp_node_share"] == 1.0
     # weight sharing: prefill + decode in one binary stay far below three unshared copies
     assert builds["shared"]["binary_to_weights"] < builds["sim"]["binary_to_weights"] / 2

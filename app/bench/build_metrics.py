@@ -3,6 +3,7 @@
 Per compiled target and variant (the manifest's `target.builds`, written by build_scripts.compile):
   on HTP          share of graph nodes QNN placed on HTP: from the compile record, else counted in
                   the EPContext models (an EPContext node stands for every node compiled into it)
+  binaries        context binaries (unshared: one per graph and part; shared: one per part)
   binary/weights  context-binary bytes ÷ weights-file bytes (shared: prefill + decode ≈ 1× the weights)
   parts           pieces each graph is split into by layers (build_scripts/split.py)
   compile s       QNN compile time, all graphs
@@ -43,7 +44,7 @@ def _build_row(model_dir: Path, build: dict, weights_bytes: int) -> dict:
     binary_bytes = sum(binaries.values())
     return {"target": build["target"], "chip": build.get("chip"), "variant": build.get("variant"),
             "shared_weights": build.get("shared_weights", False), "graphs": len(build.get("graphs", {})),
-            "htp_node_share": share, "htp_nodes": htp or None, "binary_bytes": binary_bytes,
+            "htp_node_share": share, "htp_nodes": htp or None, "binaries": len(binaries), "binary_bytes": binary_bytes,
             "weights_bytes": weights_bytes, "binary_to_weights": binary_bytes / weights_bytes if weights_bytes else None,
             "parts": build.get("parts", 1), "compile_seconds": round(sum((build.get("compile_seconds") or {}).values()), 2)}
 
@@ -105,12 +106,12 @@ def format_build_metrics(r: dict) -> str:
 
     lines = [f"model {r['model']} ({r['kind']}, quantization {r['quantization']}), weights file {_mb(r['weights_bytes'])} MB"]
     if r["builds"]:
-        lines += ["", "| target | variant | graphs | on HTP | context binaries MB | ÷ weights | parts | compile s |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| target | variant | graphs | on HTP | context binaries | MB | ÷ weights | parts | compile s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for b in r["builds"]:
             share = f"{b['htp_node_share']:.0%}" if b["htp_node_share"] is not None else "?"
             ratio = f"{b['binary_to_weights']:.2f}" if b["binary_to_weights"] else "-"
-            lines.append(f"| {b['target']} | {b['variant']} | {b['graphs']} | {share} | {_mb(b['binary_bytes'])} | "
+            lines.append(f"| {b['target']} | {b['variant']} | {b['graphs']} | {share} | {b['binaries']} | {_mb(b['binary_bytes'])} | "
                          f"{ratio} | {b['parts']} | {b['compile_seconds']} |")
     if r.get("note"):
         lines += ["", r["note"]]
