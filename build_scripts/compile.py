@@ -456,6 +456,10 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     versions = qnn_versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
+    if ((manifest.quantization or {}).get("weights") or {}).get("blocked"):
+        # block-wise int4 weights: lower them to LPBQ (their scales are LPBQ-exact: quantize.gptq);
+        # without this QNN keeps float block scales, 2.3x slower in simulation (qnn-notes.md)
+        kwargs["provider_options"] = {"enable_block_quant_weight_optimization": "1", **(kwargs.get("provider_options") or {})}
     builds = []
     try:
         if len(ranges) > 1:
@@ -484,6 +488,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
             builds.append({
                 "target": target.name, "chip": target.chip, "soc_model": target.soc_model, "htp_arch": target.htp_arch,
                 "variant": variant, "shared_weights": share, "parts": len(ranges),
+                "provider_options": dict(kwargs.get("provider_options") or {}),
                 "part_layers": [[a, b - 1] for a, b in ranges],
                 "graphs": {name: files(rs) for name, rs in reports.items()},
                 "binaries": {b.relative_to(model_dir).as_posix(): b.stat().st_size for b in binaries},

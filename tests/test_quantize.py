@@ -431,9 +431,9 @@ def test_w4a16_blocks_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatch
     # random weights say little about int4 accuracy (see the issue); it must still track float
     assert result["metrics"]["logits_cosine"] >= 0.9
     compile_model_dir, record_target, qnn = _htp()
-    entry = compile_model_dir(out, TARGETS, shared=False, fp16=False,
-                              provider_options={"enable_block_quant_weight_optimization": "1"})
+    entry = compile_model_dir(out, TARGETS, shared=False, fp16=False)  # LPBQ: turned on for blocked weights
     assert [b["target"] for b in entry["builds"]] == TARGETS
+    assert all(b["provider_options"] == {"enable_block_quant_weight_optimization": "1"} for b in entry["builds"])
     assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
     record_target(out, entry)
     monkeypatch.setenv(qnn.TARGET_ENV, TARGETS[0])
@@ -474,6 +474,15 @@ def test_recipe_file_overrides_and_in_place_quantization(tiny_builds, tmp_path):
     assert Decoder(d).feed([5, 6, 7]).shape == (m.architecture["vocab"],)
     with pytest.raises(BuildError, match="already quantized"):
         quantize_model_dir(d, "w8a16", progress=False)
+
+
+def test_w4a16_mixed_keeps_value_and_down_projections_at_8_bits():
+    mixed = resolve_recipe("w4a16-mixed")
+    assert (mixed.linear_weights, mixed.block_size) == ("int4", 64)
+    for layer in (0, 27):
+        assert mixed.matching(f"layers.{layer}.v.weight_t") == {"quant_type": "int8"}
+        assert mixed.matching(f"layers.{layer}.down.weight_t") == {"quant_type": "int8"}
+        assert mixed.matching(f"layers.{layer}.q.weight_t") is None  # int4 blocks
 
 
 def test_recipe_errors(tmp_path):
