@@ -85,6 +85,12 @@ class Manifest(BaseModel):
         os.replace(tmp, directory / MANIFEST)
 
 
+def build_files(entry: str | list[str]) -> list[str]:
+    """One graph's files in an HTP build (`target.builds[i].graphs[name]`): a context model, or
+    the parts of a graph split by layers, in the order they run (build_scripts/split.py)."""
+    return [entry] if isinstance(entry, str) else list(entry)
+
+
 def package_versions(*packages: str) -> dict[str, str]:
     """Installed versions of `packages` (absent ones left out), as manifests and reports record them."""
     out = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.manifest import Manifest
+from models.manifest import Manifest, build_files
 from runtime.errors import RuntimeModelError
 
 
@@ -22,7 +22,6 @@ def graph_paths(model_dir: Path, manifest: Manifest, backend: str) -> dict[str, 
         from runtime import qnn  # imports onnxruntime-qnn only when HTP is asked for
 
         build = qnn.select_build(manifest.target)
-        files = build["graphs"]
-        return {g.name: model_dir / files[g.name] if isinstance(files[g.name], str)
-                else [model_dir / f for f in files[g.name]] for g in manifest.graphs}
+        paths = {g.name: [model_dir / f for f in build_files(build["graphs"][g.name])] for g in manifest.graphs}
+        return {name: files[0] if len(files) == 1 else files for name, files in paths.items()}
     return {g.name: model_dir / g.file for g in manifest.graphs}

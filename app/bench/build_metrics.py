@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.bench.chips import AI_HUB, CHIPS
+from models.manifest import build_files
 
 FP16_BYTES = 2  # float graphs run in fp16 on HTP; quantized KV caches are uint16
 
@@ -25,7 +26,7 @@ def _ctx_node_share(model_dir: Path, graphs: dict[str, str | list[str]]) -> floa
     import onnx
 
     ctx = other = 0
-    for rel in (f for files in graphs.values() for f in ([files] if isinstance(files, str) else files)):
+    for rel in (f for entry in graphs.values() for f in build_files(entry)):
         path = model_dir / rel
         if not path.is_file():
             return None
