@@ -207,6 +207,17 @@ def _htp():
     return compile_model_dir, record_target, qnn
 
 
+def _assert_same_greedy_run(cpu: Decoder, htp: Decoder, prompt: list[int], steps: int) -> None:
+    """The prompt, then `steps` greedy tokens, through both decoders: the same token at every step
+    and logits cosine >= 0.999 (both then hold the prompt and all `steps` tokens)."""
+    lc, lh = cpu.feed(prompt), htp.feed(prompt)
+    for step in range(steps):
+        assert cosine(lc, lh) >= 0.999, (step, cosine(lc, lh))
+        tok = int(np.argmax(lc))
+        assert int(np.argmax(lh)) == tok
+        lc, lh = cpu.feed([tok]), htp.feed([tok])
+
+
 def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_path, monkeypatch):
     compile_model_dir, record_target, qnn = _htp()
     d = tmp_path / "llama_w8a16"
@@ -223,13 +234,7 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
     cpu, htp = Decoder(d), Decoder(d, backend="htp")
     assert htp.kv_dtype == np.uint16
     rng = np.random.default_rng(7)
-    prompt = [int(t) for t in rng.integers(3, 290, size=21)]
-    lc, lh = cpu.feed(prompt), htp.feed(prompt)
-    for step in range(6):
-        assert cosine(lc, lh) >= 0.999, (step, cosine(lc, lh))
-        tok = int(np.argmax(lc))
-        assert int(np.argmax(lh)) == tok
-        lc, lh = cpu.feed([tok]), htp.feed([tok])
+    _assert_same_greedy_run(cpu, htp, [int(t) for t in rng.integers(3, 290, size=21)], steps=6)
     turn = [int(t) for t in rng.integers(3, 290, size=3)]
     assert cosine(cpu.feed(turn), htp.feed(turn)) >= 0.999
     # both hosts hold raw uint16 KV of the same encoding: the rows agree to a few levels
@@ -279,13 +284,7 @@ def test_a_model_over_the_part_budget_compiles_in_parts_that_run_like_the_whole(
     cpu, htp = Decoder(d), Decoder(d, backend="htp")
     assert len(htp.sessions[1].parts) == 2
     rng = np.random.default_rng(11)
-    prompt = [int(t) for t in rng.integers(3, 290, size=21)]
-    lc, lh = cpu.feed(prompt), htp.feed(prompt)
-    for step in range(4):
-        assert cosine(lc, lh) >= 0.999, (step, cosine(lc, lh))
-        tok = int(np.argmax(lc))
-        assert int(np.argmax(lh)) == tok
-        lc, lh = cpu.feed([tok]), htp.feed([tok])
+    _assert_same_greedy_run(cpu, htp, [int(t) for t in rng.integers(3, 290, size=21)], steps=4)
 
 
 def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_builds, tmp_path):
