@@ -18,6 +18,7 @@ import onnxruntime as ort
 from runtime.errors import RuntimeModelError
 
 BACKENDS = ("cpu", "htp")
+PROFILE_ENV = "HEXRAG_PROFILE"
 
 
 class GraphSession:
@@ -36,7 +37,8 @@ class GraphSession:
                         more than one graph (devices only: the x86 simulator cannot load them).
       provider_options  extra QNN provider options, passed through.
       session_config    extra session config entries, passed through.
-    CPU-only: prepack=False keeps weights memory-mapped instead of packing a copy per session.
+    CPU-only: prepack=False keeps weights memory-mapped instead of packing a copy per session;
+    $HEXRAG_PROFILE=DIR makes every session write an ONNX Runtime profile there (runtime.profile).
     """
 
     def __init__(self, path: Path, backend: str = "cpu", threads: int | None = None, *,
@@ -62,6 +64,9 @@ class GraphSession:
                 # weights stay memory-mapped from the shared weights file instead of being copied into
                 # a packed layout per session (SmolLM2, 3 graphs: 1.95 GB -> 0.6 GB peak RSS)
                 options.add_session_config_entry("session.disable_prepacking", "1")
+            if os.environ.get(PROFILE_ENV):  # written when the session is released
+                options.enable_profiling = True
+                options.profile_file_prefix = str(Path(os.environ[PROFILE_ENV]) / self.path.stem)
             self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         self.output_names = [o.name for o in self._session.get_outputs()]
         self.input_names = [i.name for i in self._session.get_inputs()]

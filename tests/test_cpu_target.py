@@ -18,6 +18,7 @@ from build_scripts.graph import blocks
 from models.manifest import load_manifest
 from runtime.decoder import Decoder
 from runtime.errors import RuntimeModelError
+from runtime.profile import profile_decode
 from tests import tiny_models as tm
 from tests.reference import RefDecoder
 from tests.test_decoder_graphs import cosine, run_greedy
@@ -163,3 +164,17 @@ def test_inplace_cache_to_the_last_slot(q4_sources, tmp_path):
     with pytest.raises(RuntimeModelError, match="graph decode's inputs differ .* rebuild it"):
         Decoder(stale)
     assert not _ready(stale, "int4") and _ready(out, "int4")
+
+
+def test_decode_profile_counts_every_node_of_a_step(q4_sources, tmp_path):
+    out = tmp_path / "q41"
+    build_llm(q4_sources / "q41.gguf", out, context=48, prefill=(16, 4), progress=False, quant="int4")
+    s = profile_decode(str(out), prompt=8, steps=6, threads=1)
+    ops = {r["op"]: r for r in s["ops"]}
+    assert s["runs"] == 3 and s["run_ms"] > 0
+    # per decode step: every linear (q|k|v and gate|up stacked) plus the LM head, one attention per layer
+    assert ops["MatMulNBits"]["nodes"] == 4 * tm.N_LAYER + 1
+    assert ops["GroupQueryAttention"]["nodes"] == tm.N_LAYER
+    assert ops["outside nodes"]["ms"] >= 0 and sum(r["share"] for r in s["ops"]) == pytest.approx(1.0)
+    with pytest.raises(SystemExit, match="exceed the model's context 48"):
+        profile_decode(str(out), prompt=40, steps=16)

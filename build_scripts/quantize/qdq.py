@@ -36,7 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from build_scripts.errors import BuildError
 from build_scripts.quantize.gptq import lpbq_scales
-from build_scripts.quantize.recipes import Recipe
+from build_scripts.quantize.recipes import BLOCK_TYPES, Recipe
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class Plan:
 
     overrides: dict[str, list[dict[str, Any]]]  # for get_qnn_qdq_config(init_overrides=...)
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)  # weight -> human-readable spec
-    blocked: dict[str, int] = field(default_factory=dict)  # weight -> block size (int4 blocks)
+    blocked: dict[str, int] = field(default_factory=dict)  # weight -> block size (int4/int8 blocks)
     kv_pinned: dict[str, list[str]] = field(default_factory=dict)  # KV tensor -> tensors pinned with it
     user: dict[str, dict[str, Any]] = field(default_factory=dict)  # tensor -> user override applied
     float_nodes: list[str] = field(default_factory=list)  # nodes the recipe keeps unquantized (keep_float)
@@ -220,7 +220,7 @@ def build_plan(model: onnx.ModelProto, recipe: Recipe, kv_ranges: dict[str, tupl
             spec["axis"] = axis
         plan.overrides[name] = [spec]
         k = inits[name].dims[0]
-        blocked = (role == "linear" and user is None and recipe.block_size and qtype in ("int4", "uint4")
+        blocked = (role == "linear" and user is None and recipe.block_size and qtype in BLOCK_TYPES
                    and k % recipe.block_size == 0)
         plan.weights[name] = {"role": role, "type": qtype, "symmetric": bool(symmetric),
                               "granularity": (f"block{recipe.block_size}" if blocked else
@@ -313,7 +313,7 @@ def quantize_graph(prepared: Path, out: Path, ranges: dict[str, tuple[float, flo
 
 
 # ------------------------------------------------------------------------------------------------
-# 4. Block-wise int4 (LPBQ)
+# 4. Block-wise int4/int8 (LPBQ)
 # ------------------------------------------------------------------------------------------------
 
 def pack_int4(q: np.ndarray) -> bytes:
@@ -333,14 +333,16 @@ def unpack_int4(raw: bytes, count: int) -> np.ndarray:
     return out[:count]
 
 
-def block_quantize(weight: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int4 blocks of `block` rows of a [K, N] weight: (q int8 in [-8,7] [K,N], scale [K/block, N]
-    on the LPBQ grid)."""
+def block_quantize(weight: np.ndarray, block: int, bits: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int4 (or int8) blocks of `block` rows of a [K, N] weight: (q int8 [K,N] in [-8,7]
+    (or [-127,127]), scale [K/block, N] on the LPBQ grid)."""
     k, n = weight.shape
+    qmax = 2 ** (bits - 1) - 1
+    qmin = -qmax - 1 if bits == 4 else -qmax  # as gptq.gptq
     w = weight.astype(np.float32).reshape(k // block, block, n)
     amax = np.abs(w).max(axis=1)
-    scale = lpbq_scales(np.where(amax > 0, amax / 7.0, 1.0).astype(np.float32), channel_axis=1)
-    q = np.clip(np.rint(w / scale[:, None, :]), -8, 7).astype(np.int8).reshape(k, n)
+    scale = lpbq_scales(np.where(amax > 0, amax / qmax, 1.0).astype(np.float32), channel_axis=1)
+    q = np.clip(np.rint(w / scale[:, None, :]), qmin, qmax).astype(np.int8).reshape(k, n)
     return q, scale
 
 
@@ -374,8 +376,8 @@ def read_initializers(path: Path, names) -> dict[str, np.ndarray]:
 
 def apply_blocks(model: onnx.ModelProto, float_weights: dict[str, np.ndarray], blocked: dict[str, int],
                  rounded: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> int:
-    """Replace the per-channel DQ of each blocked weight with a block-wise int4 DQ
-    (axis 0 = the input dimension, block_size attribute, scale [K/B, N], no zero point).
+    """Replace the per-channel DQ of each blocked weight with a block-wise DQ of the same type
+    (int4 or int8; axis 0 = the input dimension, block_size attribute, scale [K/B, N], no zero point).
     `rounded`: precomputed (q, scale) per weight (GPTQ); others are rounded to nearest here."""
     g = model.graph
     inits = _initializers(g)
@@ -387,18 +389,20 @@ def apply_blocks(model: onnx.ModelProto, float_weights: dict[str, np.ndarray], b
         if name not in blocked:
             continue
         block = blocked[name]
+        qt = inits[node.input[0]]
+        int4 = qt.data_type == TensorProto.INT4
         if rounded and name in rounded:
             q, scale = rounded[name]
             scale = scale.astype(np.float32)
         else:
-            q, scale = block_quantize(float_weights[name], block)
+            q, scale = block_quantize(float_weights[name], block, bits=4 if int4 else 8)
         for old in node.input[1:]:
             if old in inits:
                 g.initializer.remove(inits.pop(old))
-        qt = inits[node.input[0]]
         g.initializer.remove(qt)
         qname, sname = f"{name}_blockq", f"{name}_blockscale"
-        t = TensorProto(name=qname, data_type=TensorProto.INT4, dims=list(q.shape), raw_data=pack_int4(q))
+        t = (TensorProto(name=qname, data_type=TensorProto.INT4, dims=list(q.shape), raw_data=pack_int4(q)) if int4
+             else numpy_helper.from_array(q.astype(np.int8), qname))
         g.initializer.extend([t, numpy_helper.from_array(scale, sname)])
         del node.input[:]
         node.input.extend([qname, sname])

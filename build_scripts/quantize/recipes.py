@@ -50,6 +50,7 @@ from typing import Any
 from build_scripts.errors import BuildError
 
 QUANT_TYPES = ("uint8", "int8", "uint16", "int16", "int4", "uint4")
+BLOCK_TYPES = ("int4", "uint4", "int8")  # linear weight types that may be block-wise (LPBQ on HTP)
 _OVERRIDE_KEYS = {"quant_type", "symmetric", "rmin", "rmax", "per_channel"}
 
 
@@ -58,7 +59,7 @@ class Recipe:
     name: str
     activations: str = "uint16"  # default activation type (asymmetric)
     linear_weights: str = "int8"  # MatMul weights: per-channel symmetric (or blocks, see block_size)
-    block_size: int = 0  # > 0: block-wise linear weights (int4 only) along the input dimension
+    block_size: int = 0  # > 0: block-wise linear weights (int4 or int8) along the input dimension
     lm_head: str = "int16"  # Gemm (LM head) weight
     lm_head_per_channel: bool = False  # True: per output row (symmetric); False: per tensor
     embedding: str = "int16"  # Gather table (token embeddings), per tensor
@@ -192,8 +193,9 @@ def resolve_recipe(recipe: str | Path | Recipe | dict) -> Recipe:
         spec["overrides"] = {**base.overrides, **_check_overrides(spec["overrides"], where)}
     block = int(spec.get("block_size", base.block_size))
     weights = spec.get("linear_weights", base.linear_weights)
-    if block and weights not in ("int4", "uint4"):
-        raise BuildError(f"{where}: block_size needs int4 linear weights (got {weights}); use 0 for per-channel")
+    if block and weights not in BLOCK_TYPES:
+        raise BuildError(f"{where}: block_size needs int4 or int8 linear weights (got {weights}); "
+                         f"use 0 for per-channel")
     if block and block % 8:
         raise BuildError(f"{where}: block_size must be a multiple of 8 (HTP), got {block}")
     name = spec.pop("name", None) or (f"{base_name}+custom" if spec else base_name)

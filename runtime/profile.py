@@ -1,0 +1,89 @@
+"""Where a decode step's time goes on the CPU backend (a measurement, not a test): ONNX Runtime's
+profile of the last decode steps, summed by op type.
+
+    python -m runtime.profile --model models/smollm2-135m-instruct [--prompt 128] [--steps 64]
+
+The profiler times every node on its own, which roughly doubles a small node's cost: read the
+shares, not the milliseconds. "outside nodes" is the run time no node accounts for (the
+executor, I/O binding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from runtime.session import PROFILE_ENV
+
+
+def summarize(profile: Path, last_runs: int) -> dict:
+    """Per op type over the last `last_runs` runs of one session's profile: nodes, ms and share
+    of a run. Node events belong to the run whose time span holds them."""
+    events = json.loads(profile.read_text())
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")[-last_runs:]
+    if not runs:
+        raise SystemExit(f"error: {profile} holds no runs")
+    start = runs[0][0]
+    ops: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])  # op -> [nodes, µs]
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time") or e["ts"] < start:
+            continue
+        acc = ops[e["args"]["op_name"]]
+        acc[0] += 1
+        acc[1] += e["dur"]
+    n = len(runs)
+    run_ms = sum(b - a for a, b in runs) / n / 1000
+    rows = sorted(((op, c / n, us / n / 1000) for op, (c, us) in ops.items()), key=lambda r: -r[2])
+    rows.append(("outside nodes", 0, run_ms - sum(r[2] for r in rows)))
+    return {"runs": n, "run_ms": run_ms,
+            "ops": [{"op": op, "nodes": round(c), "ms": ms, "share": ms / run_ms} for op, c, ms in rows]}
+
+
+def profile_decode(model: str, prompt: int, steps: int, threads: int | None = None) -> dict:
+    """Prefill `prompt` tokens of the bench text, decode `steps` tokens with profiling on, and
+    summarize the last half of the decode steps (well past the prefill)."""
+    with tempfile.TemporaryDirectory(prefix="hexrag-profile-") as tmp:
+        os.environ[PROFILE_ENV] = tmp
+        try:
+            from runtime.bench import prompt_of
+            from runtime.llm import LLM
+
+            llm = LLM(model, threads=threads)
+            if prompt + steps > llm.context:
+                raise SystemExit(f"error: prompt {prompt} + {steps} steps exceed the model's context {llm.context}")
+            llm.stop_ids = set()
+            llm.generate(prompt_of(llm, prompt), max_new_tokens=steps).run()
+            del llm
+            gc.collect()  # a session writes its profile when it is released
+        finally:
+            del os.environ[PROFILE_ENV]
+        # the decode session ran the most times (it is also the prefill one for one-graph builds)
+        files = sorted(Path(tmp).glob("*.json"), key=lambda p: p.read_text().count('"model_run"'))
+        if not files:
+            raise SystemExit("error: no profile was written (the CPU backend profiles, HTP does not)")
+        return summarize(files[-1], max(steps // 2, 1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens before decoding (default 128)")
+    ap.add_argument("--steps", type=int, default=64, help="decode steps (default 64; the last half are summed)")
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.steps < 2:
+        raise SystemExit("error: --steps must be at least 2")
+    s = profile_decode(args.model, args.prompt, args.steps, args.threads)
+    print(f"decode step {s['run_ms']:.2f} ms under the profiler (mean of the last {s['runs']} steps)")
+    print(f"{'op type':<28} {'nodes':>6} {'ms/step':>8} {'share':>7}")
+    for r in s["ops"]:
+        print(f"{r['op']:<28} {r['nodes'] or '':>6} {r['ms']:>8.3f} {r['share']:>7.1%}")
+
+
+if __name__ == "__main__":
+    main()
