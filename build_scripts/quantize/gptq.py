@@ -61,26 +61,33 @@ class HessianStore:
 LPBQ_LEVELS = 16  # HTP's LPBQ: a block's scale is its channel's scale times an integer 1..16
 
 
-def lpbq_scales(block_scales: np.ndarray, channel_axis: int) -> np.ndarray:
+def lpbq_scales(scales: np.ndarray, channel_axis: int) -> np.ndarray:
     """Block scales HTP can hold exactly. QNN stores block weights as LPBQ: per channel a float
     scale (the largest block scale / 16) and per block a 4-bit integer multiple of it; the QNN EP
     rounds arbitrary block scales to that grid, so weights rounded on other scales would not be
     the weights the NPU runs. Each scale goes up to the next multiple (never down: no clipping)."""
     blocks_axis = 1 - channel_axis
-    unit = block_scales.max(axis=blocks_axis, keepdims=True) / LPBQ_LEVELS
+    unit = scales.max(axis=blocks_axis, keepdims=True) / LPBQ_LEVELS
     unit = np.where(unit > 0, unit, 1.0)
-    steps = np.clip(np.ceil(block_scales / unit - 1e-6), 1, LPBQ_LEVELS)
-    return (steps * unit).astype(block_scales.dtype)
+    steps = np.clip(np.ceil(scales / unit - 1e-6), 1, LPBQ_LEVELS)
+    return (steps * unit).astype(scales.dtype)
+
+
+def block_scales(amax: np.ndarray, bits: int, channel_axis: int) -> np.ndarray:
+    """Symmetric block scales from each block's largest |weight|: int4 ones on the LPBQ grid (see
+    lpbq_scales). int8 blocks keep their own: the QNN EP does not round those (measured: the
+    simulator matches the CPU with arbitrary int8 block scales, while int4 ones needed the grid)."""
+    s = np.where(amax > 0, amax / (2 ** (bits - 1) - 1), 1.0)
+    return lpbq_scales(s, channel_axis) if bits == 4 else s
 
 
 def scales(w_nk: np.ndarray, bits: int, group: int | None) -> np.ndarray:
     """Symmetric scales from the float weights: [N] per output channel, or [N, K/group] per block
-    (on the LPBQ grid, see lpbq_scales)."""
+    (see block_scales)."""
     qmax = 2 ** (bits - 1) - 1
     if group:
         n, k = w_nk.shape
-        amax = np.abs(w_nk.reshape(n, k // group, group)).max(axis=2)
-        return lpbq_scales(np.where(amax > 0, amax / qmax, 1.0), channel_axis=0)
+        return block_scales(np.abs(w_nk.reshape(n, k // group, group)).max(axis=2), bits, channel_axis=0)
     amax = np.abs(w_nk).max(axis=1)
     return np.where(amax > 0, amax / qmax, 1.0)
 

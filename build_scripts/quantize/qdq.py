@@ -35,7 +35,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from build_scripts.errors import BuildError
-from build_scripts.quantize.gptq import lpbq_scales
+from build_scripts.quantize.gptq import block_scales
 from build_scripts.quantize.recipes import BLOCK_TYPES, Recipe
 
 log = logging.getLogger(__name__)
@@ -335,13 +335,12 @@ def unpack_int4(raw: bytes, count: int) -> np.ndarray:
 
 def block_quantize(weight: np.ndarray, block: int, bits: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int4 (or int8) blocks of `block` rows of a [K, N] weight: (q int8 [K,N] in [-8,7]
-    (or [-127,127]), scale [K/block, N] on the LPBQ grid)."""
+    (or [-127,127]), scale [K/block, N], see gptq.block_scales)."""
     k, n = weight.shape
     qmax = 2 ** (bits - 1) - 1
     qmin = -qmax - 1 if bits == 4 else -qmax  # as gptq.gptq
     w = weight.astype(np.float32).reshape(k // block, block, n)
-    amax = np.abs(w).max(axis=1)
-    scale = lpbq_scales(np.where(amax > 0, amax / qmax, 1.0).astype(np.float32), channel_axis=1)
+    scale = block_scales(np.abs(w).max(axis=1), bits, channel_axis=1).astype(np.float32)
     q = np.clip(np.rint(w / scale[:, None, :]), qmin, qmax).astype(np.int8).reshape(k, n)
     return q, scale
 
