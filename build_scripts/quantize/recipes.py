@@ -35,7 +35,9 @@ initializer names (weights: `layers.<i>.<q|k|v|o|gate|up|down>.weight_t`, `embed
 and activation names (`/layers.<i>/attn/.../output_0`). Values: `quant_type` (uint8, int8,
 uint16, int16, int4, uint4), `symmetric`, `rmin`/`rmax` (activations), `per_channel` (weights;
 default true for linear weights). A weight matched by an override is quantized per channel, not
-in blocks. `RECIPES[name].to_dict()` shows every field of a built-in recipe.
+in blocks. `block_size` also takes int8 linear weights (`{"base": "w8a16", "block_size": 32}`:
+int8 blocks, each with its own scale, which HTP keeps as they are). `RECIPES[name].to_dict()`
+shows every field of a built-in recipe.
 """
 
 from __future__ import annotations
