@@ -389,7 +389,7 @@ def apply_blocks(model: onnx.ModelProto, float_weights: dict[str, np.ndarray], b
             continue
         block = blocked[name]
         qt = inits[node.input[0]]
-        int4 = qt.data_type == TensorProto.INT4
+        int4 = qt.data_type in (TensorProto.INT4, TensorProto.UINT4)  # written as symmetric int4 blocks
         if rounded and name in rounded:
             q, scale = rounded[name]
             scale = scale.astype(np.float32)
