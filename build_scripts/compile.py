@@ -118,6 +118,7 @@ class CompileReport:
     op_types: dict[str, str] = field(default_factory=dict)  # node name -> op type
     removed: list[str] = field(default_factory=list)  # source nodes ONNX Runtime optimised away
     rejected: list[NodeIssue] = field(default_factory=list)  # nodes QNN refused, with its reason
+    uncreated: list[str] = field(default_factory=list)  # nodes that passed validation but QNN could not build
     error: str | None = None
     sdk_version: str | None = None  # ep_sdk_version in the EPContext node
     log_path: Path | None = None  # full verbose log (kept on failure or when asked)
@@ -289,6 +290,7 @@ _VALIDATION = re.compile(r"Validation (PASSED|FAILED) for \d+ nodes in \w+ \((\w
 _NODE = re.compile(r"Operator type: (\S+) Node name: (.*?) Node index: \d+")
 _REASON = re.compile(r"^\s*REASON\s*:\s*(.*)$")
 _UNSUPPORTED = re.compile(r"\{ name: (.*?), type: (\w+) \}")
+_UNCREATED = re.compile(r'<E> "(.*?)" generated: could not create op')  # at finalize, after validation
 
 
 @dataclass
@@ -296,6 +298,7 @@ class _Section:
     verdicts: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # node -> (verdict, op, reason)
     unsupported: dict[str, str] = field(default_factory=dict)  # node -> op
     errors: list[str] = field(default_factory=list)  # [E:] lines
+    uncreated: list[str] = field(default_factory=list)  # nodes QNN could not create at finalize
 
 
 def _parse_log(path: Path, n_jobs: int) -> dict[int, _Section]:
@@ -328,6 +331,10 @@ def _parse_log(path: Path, n_jobs: int) -> dict[int, _Section]:
                 for name in pending:
                     v, op, _ = cur.verdicts[name]
                     cur.verdicts[name] = (v, op, m.group(1).strip())
+                continue
+            m = _UNCREATED.search(line)
+            if m:
+                cur.uncreated.append(m.group(1))
                 continue
             if "[E:" in line:
                 cur.errors.append(re.sub(r"^.*?\[E:[^\]]*\]\s*", "", line).strip())
@@ -365,6 +372,7 @@ def _fill_report(rep: CompileReport, result: dict | None, section: _Section | No
         rep.binary, rep.sdk_version = _context_info(rep.ctx_path)
     else:
         rep.error = _one_line(result.get("error") or "session creation failed")
+        rep.uncreated = list(dict.fromkeys(section.uncreated))
         if not rep.rejected:  # add what QNN itself logged as errors, if it said more than the exception
             extra = [e for e in dict.fromkeys(_one_line(x) for x in section.errors) if e and e not in rep.error]
             if extra:
@@ -429,6 +437,10 @@ def _failure_message(failed: list[CompileReport], target: Target, log_path: Path
             hint = next((h for k, h in _HINTS.items() if k in (rep.error or "")), "")
             if not target.float_ok and rep.fp16 and "MEM_ALLOC" in (rep.error or ""):
                 hint = f"{target.name} (v{target.htp_arch}) has no float HTP: quantize the model first"
+            if rep.uncreated:  # what QNN logged at finalize says more than its MEM_ALLOC code
+                more = len(rep.uncreated) - 6
+                hint = (f"QNN could not create {len(rep.uncreated)} node(s) that had passed validation for "
+                        f"{target.name}: {', '.join(rep.uncreated[:6])}{f' and {more} more' if more > 0 else ''}")
             parts.append(f"{where}: {rep.error}" + (f" ({hint})" if hint else ""))
     return (f"HTP compile for {target.name} (soc {target.soc_model}, v{target.htp_arch}) failed: " + " | ".join(parts)
             + (f" [verbose log: {log_path}]" if log_path else ""))

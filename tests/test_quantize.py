@@ -290,7 +290,8 @@ def test_a_model_over_the_part_budget_compiles_in_parts_that_run_like_the_whole(
 
 def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_builds, tmp_path):
     """SA8295P (the cockpit class, v68) has no 16-bit Gemm weights: for_targets gives its builds an
-    int8 per-channel LM head; everything else (fp16 residual included) compiles as on v75."""
+    int8 per-channel LM head; everything else (fp16 residual included) compiles as on v75.
+    SM8350 (also v68) does not, and the error says which nodes."""
     from build_scripts.quantize import RECIPES, for_targets
 
     assert for_targets(RECIPES["w8a16"], [75, 79]) is RECIPES["w8a16"]
@@ -302,6 +303,12 @@ def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_bui
     compile_model_dir, _, _ = _htp()
     entry = compile_model_dir(out, ["sa8295p"], shared=False, fp16=False)
     assert all(p["cpu"] == 0 and p["htp"] > 100 for p in entry["builds"][0]["placement"].values())
+    # SM8350, the other v68 part, validates every node and then cannot create some of them (QNN
+    # 2.51, docs/benchmarks.md): the error names them instead of QNN's bare MEM_ALLOC code
+    with pytest.raises(BuildError) as info:
+        compile_model_dir(out, ["sm8350"], shared=False, fp16=False)
+    assert "could not create" in str(info.value) and "had passed validation for sm8350: /layers." in str(info.value)
+    assert info.value.reports and all(r.uncreated for r in info.value.reports)
 
 
 _QNN_NAMES = {TensorProto.FLOAT: "QNN_DATATYPE_FLOAT_32", TensorProto.INT32: "QNN_DATATYPE_INT_32",
