@@ -469,7 +469,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
     if ((manifest.quantization or {}).get("weights") or {}).get("blocked"):
-        # block-wise int4/int8 weights: lower them to LPBQ (their scales are LPBQ-exact: quantize.gptq);
+        # block-wise int4/int8 weights: lower them to LPBQ (int4 scales are LPBQ-exact: gptq.block_scales);
         # without this QNN keeps float block scales, 2.3x slower in simulation (qnn-notes.md)
         kwargs["provider_options"] = {"enable_block_quant_weight_optimization": "1", **(kwargs.get("provider_options") or {})}
     builds = []

@@ -413,7 +413,7 @@ def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
 # block weights (w4a16, int8 blocks: LPBQ) and recipe files
 # ------------------------------------------------------------------------------------------------
 
-# int8 blocks hold a GGUF's 4-bit blocks far closer than int8 per channel (docs/benchmarks.md)
+# int8 blocks, each with its own scale (the grid of a GGUF Q8_0 tensor; docs/benchmarks.md)
 W8_BLOCKS = {"base": "w8a16", "block_size": 64, "name": "w8a16-b64"}
 
 
