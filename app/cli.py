@@ -177,8 +177,9 @@ def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samp
     from build_scripts.quantize import for_targets, quantize_model_dir, resolve_recipe
 
     # a bad recipe or target fails before the build, not after
-    recipe = for_targets(resolve_recipe(quant), [resolve_target(t).htp_arch for t in _target_names(targets)])
-    if recipe.name.endswith("+v68"):
+    requested = resolve_recipe(quant)
+    recipe = for_targets(requested, [resolve_target(t).htp_arch for t in _target_names(targets)])
+    if recipe is not requested:
         click.echo("v68 target: the LM head is quantized int8 per channel (v68 has no 16-bit Gemm weights)", err=True)
     float_dir = out.parent / f".{out.name}.float"
     try:

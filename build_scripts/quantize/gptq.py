@@ -58,6 +58,13 @@ class HessianStore:
         return self._h
 
 
+def code_range(bits: int) -> tuple[int, int]:
+    """(qmin, qmax) of symmetric signed codes: int4 uses [-8, 7]; int8 uses [-127, 127], as
+    onnxruntime does."""
+    qmax = 2 ** (bits - 1) - 1
+    return (-qmax - 1 if bits == 4 else -qmax), qmax
+
+
 LPBQ_LEVELS = 16  # HTP's LPBQ: a block's scale is its channel's scale times an integer 1..16
 
 
@@ -77,19 +84,18 @@ def block_scales(amax: np.ndarray, bits: int, channel_axis: int) -> np.ndarray:
     """Symmetric block scales from each block's largest |weight|: int4 ones on the LPBQ grid (see
     lpbq_scales). int8 blocks keep their own: the QNN EP does not round those (measured: the
     simulator matches the CPU with arbitrary int8 block scales, while int4 ones needed the grid)."""
-    s = np.where(amax > 0, amax / (2 ** (bits - 1) - 1), 1.0)
+    s = np.where(amax > 0, amax / code_range(bits)[1], 1.0)
     return lpbq_scales(s, channel_axis) if bits == 4 else s
 
 
 def scales(w_nk: np.ndarray, bits: int, group: int | None) -> np.ndarray:
     """Symmetric scales from the float weights: [N] per output channel, or [N, K/group] per block
     (see block_scales)."""
-    qmax = 2 ** (bits - 1) - 1
     if group:
         n, k = w_nk.shape
         return block_scales(np.abs(w_nk.reshape(n, k // group, group)).max(axis=2), bits, channel_axis=0)
     amax = np.abs(w_nk).max(axis=1)
-    return np.where(amax > 0, amax / qmax, 1.0)
+    return np.where(amax > 0, amax / code_range(bits)[1], 1.0)
 
 
 def gptq(w_kn: np.ndarray, h: np.ndarray, bits: int = 8, group: int | None = None, damp: float = 0.01,
@@ -98,9 +104,8 @@ def gptq(w_kn: np.ndarray, h: np.ndarray, bits: int = 8, group: int | None = Non
 
     Returns (q [K, N] int8 grid values, scale): scale [N] (per channel) or [K/group, N] (blocks
     along K, the LPBQ layout); q·scale is the quantized weight."""
-    qmax = 2 ** (bits - 1) - 1
-    if qmin is None:
-        qmin = -qmax - 1 if bits == 4 else -qmax  # int8 symmetric uses [-127, 127], as onnxruntime does
+    lowest, qmax = code_range(bits)
+    qmin = lowest if qmin is None else qmin
     w = w_kn.T.astype(np.float64).copy()  # [N, K]
     n, k = w.shape
     s = scales(w, bits, group)  # fixed before any update: the grid stays that of the float weights

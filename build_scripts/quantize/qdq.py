@@ -35,7 +35,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from build_scripts.errors import BuildError
-from build_scripts.quantize.gptq import block_scales
+from build_scripts.quantize.gptq import block_scales, code_range
 from build_scripts.quantize.recipes import BLOCK_TYPES, Recipe
 
 log = logging.getLogger(__name__)
@@ -337,8 +337,7 @@ def block_quantize(weight: np.ndarray, block: int, bits: int = 4) -> tuple[np.nd
     """Symmetric int4 (or int8) blocks of `block` rows of a [K, N] weight: (q int8 [K,N] in [-8,7]
     (or [-127,127]), scale [K/block, N], see gptq.block_scales)."""
     k, n = weight.shape
-    qmax = 2 ** (bits - 1) - 1
-    qmin = -qmax - 1 if bits == 4 else -qmax  # as gptq.gptq
+    qmin, qmax = code_range(bits)
     w = weight.astype(np.float32).reshape(k // block, block, n)
     scale = block_scales(np.abs(w).max(axis=1), bits, channel_axis=1).astype(np.float32)
     q = np.clip(np.rint(w / scale[:, None, :]), qmin, qmax).astype(np.int8).reshape(k, n)
