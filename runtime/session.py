@@ -60,6 +60,12 @@ class GraphSession:
             options.intra_op_num_threads = threads or int(os.environ.get("HEXRAG_THREADS", "0"))
             options.inter_op_num_threads = 1
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            # ONNX Runtime fuses a block-wise DequantizeLinear + MatMul (a w4a16 or block-int8 HTP
+            # graph) into MatMulNBits, by default at accuracy level 4: int8 activations, not the
+            # 16 bits the NPU runs. Level 1 (float32) computes what the graph says (SmolLM2 w8a16
+            # on its GGUF blocks: logits cosine vs float 0.99963 -> 0.9999999 on one decode step).
+            # The CPU target's own MatMulNBits nodes keep their accuracy_level attribute.
+            options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
             if not prepack:
                 # weights stay memory-mapped from the shared weights file instead of being copied into
                 # a packed layout per session (SmolLM2, 3 graphs: 1.95 GB -> 0.6 GB peak RSS)
