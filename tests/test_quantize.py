@@ -30,7 +30,7 @@ from build_scripts.quantize import quantize_model_dir, resolve_recipe
 from build_scripts.quantize import calibration as cal
 from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.pipeline import prepare_graphs
-from build_scripts.quantize.qdq import read_initializers
+from build_scripts.quantize.qdq import pack_int4, read_initializers
 from models.manifest import load_manifest
 from runtime.decoder import Decoder
 from runtime.embedder import Embedder
@@ -461,6 +461,35 @@ def test_block_weights_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatc
     prompt = [5, 17, 42, 8, 99, 23, 7]
     assert cosine(cpu.feed(prompt), htp.feed(prompt)) >= 0.999
     assert cosine(cpu.feed([11]), htp.feed([11])) >= 0.999
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT4, TensorProto.INT8], ids=["int4", "int8"])
+def test_cpu_backend_runs_block_weights_at_float_precision(tmp_path, dtype):
+    """ONNX Runtime turns a block-wise DequantizeLinear + MatMul into MatMulNBits and by default
+    quantizes its activations to int8 there; the NPU's are 16-bit, so the CPU reference of a
+    block-quantized HTP graph must compute in float: x @ dequantized W to float32 precision
+    (int8 activations miss by ~1e-2 relative)."""
+    from runtime.session import GraphSession
+
+    rng = np.random.default_rng(0)
+    k, n, block = 256, 64, 32
+    qmax = 7 if dtype == TensorProto.INT4 else 127
+    q = rng.integers(-qmax - 1, qmax + 1, (k, n)).astype(np.int8)
+    scale = rng.uniform(0.5, 2.0, (k // block, n)).astype(np.float32) / qmax
+    raw = pack_int4(q) if dtype == TensorProto.INT4 else q.tobytes()
+    weight = TensorProto(name="w_q", data_type=dtype, dims=[k, n], raw_data=raw)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("DequantizeLinear", ["w_q", "w_scale"], ["w"], axis=0, block_size=block),
+         onnx.helper.make_node("MatMul", ["x", "w"], ["y"])], "block_matmul",
+        [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, k])],
+        [onnx.helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, n])],
+        [weight, numpy_helper.from_array(scale, "w_scale")])
+    path = tmp_path / "block_matmul.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)]), str(path))
+    x = rng.standard_normal((1, 4, k)).astype(np.float32) * np.linspace(0.01, 10, k, dtype=np.float32)
+    y = GraphSession(path).run({"x": x})["y"]
+    ref = x.astype(np.float64) @ (q * np.repeat(scale, block, axis=0)).astype(np.float64)
+    assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
 def test_recipe_file_overrides_and_in_place_quantization(tiny_builds, tmp_path):
