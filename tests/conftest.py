@@ -31,10 +31,12 @@ def minilm_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_sources(tmp_path_factory) -> dict[str, Path]:
-    """Tiny llama (GGUF, permuted Q/K; tied and untied Q8_0), qwen2 (HF, sharded) and BERT (HF) sources."""
+    """Tiny llama (GGUF, permuted Q/K; tied, untied Q8_0 and Q4_1 as SmolLM2 ships), qwen2 (HF, sharded)
+    and BERT (HF) sources."""
     root = tmp_path_factory.mktemp("tiny_sources")
     tm.write_tiny_llama_gguf(root / "llama.gguf", seed=1, tied=True)
     tm.write_tiny_llama_gguf(root / "llama_q8.gguf", seed=2, tied=False, qtype="Q8_0")
+    tm.write_tiny_llama_gguf(root / "llama_q41.gguf", seed=6, tied=True, qtype="Q4_1")
     tm.write_tiny_hf_decoder(root / "qwen2", arch="qwen2", seed=3, shards=2)
     tm.write_tiny_hf_decoder(root / "llama_hf", arch="llama", seed=4)
     tm.write_tiny_hf_bert(root / "bert", seed=5)
@@ -45,7 +47,7 @@ def tiny_sources(tmp_path_factory) -> dict[str, Path]:
 def tiny_builds(tiny_sources, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny_models")
     out = {}
-    for key in ("llama", "llama_q8", "qwen2", "llama_hf"):
+    for key in ("llama", "llama_q8", "llama_q41", "qwen2", "llama_hf"):
         out[key] = root / key
         build_llm(tiny_sources[key], out[key], context=TINY_CONTEXT, prefill=TINY_PREFILL, progress=False)
     out["bert"] = root / "bert"

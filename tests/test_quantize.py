@@ -26,7 +26,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from build_scripts.errors import BuildError
-from build_scripts.quantize import quantize_model_dir, resolve_recipe
+from build_scripts.quantize import RECIPES, quantize_model_dir, resolve_recipe
 from build_scripts.quantize import calibration as cal
 from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.pipeline import prepare_graphs
@@ -297,6 +297,7 @@ def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_bui
     assert for_targets(RECIPES["w8a16"], [75, 79]) is RECIPES["w8a16"]
     recipe = for_targets(RECIPES["w8a16"], [68, 75])
     assert (recipe.name, recipe.lm_head, recipe.lm_head_per_channel) == ("w8a16+v68", "int8", True)
+    assert not recipe.source_grid  # v68 has no block-quantized MatMul for its int8 blocks
     out = tmp_path / "llama_v68"
     quantize_model_dir(tiny_builds["llama"], recipe, samples=SAMPLES, out=out, progress=False, eval_samples=2)
     assert load_manifest(out).quantization["weights"]["tensors"]["lm_head"]["type"] == "int8"
@@ -490,6 +491,74 @@ def test_cpu_backend_runs_block_weights_at_float_precision(tmp_path, dtype):
     y = GraphSession(path).run({"x": x})["y"]
     ref = x.astype(np.float64) @ (q * np.repeat(scale, block, axis=0)).astype(np.float64)
     assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_w8a16_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_path, monkeypatch):
+    """A Q4_1 GGUF (SmolLM2's type) under w8a16: every linear weight is int8 codes with the file's
+    own block scales plus a float min term over the input's block sums, which together rebuild the
+    float graphs' weights (dequantized by gguf); the graph compiles fully for HTP and the simulator
+    agrees with the CPU."""
+    src = tiny_builds["llama_q41"]
+    out = tmp_path / "q41_w8a16"
+    result = quantize_model_dir(src, "w8a16", samples=SAMPLES, out=out, progress=False, eval_samples=4)
+    tensors = load_manifest(out).quantization["weights"]["tensors"]
+    linear = [w for w, t in tensors.items() if t["role"] == "linear"]
+    assert len(linear) == 7 * 2 and all(tensors[w]["granularity"] == "gguf Q4_1 block32" for w in linear)
+    mins = [w.replace(".weight_t", ".mins_t") for w in linear]
+    assert all(tensors[m] == {"role": "min term", "type": "float"} for m in mins)
+    g = _graph(out, "decode").graph
+    inits = {t.name: t for t in g.initializer}
+    value = lambda name: numpy_helper.to_array(inits[name], base_dir=str(out)).astype(np.float32)
+    floats = read_initializers(src / "decode.onnx", linear)
+    for w, m in zip(linear, mins):
+        codes = value(f"{w}_blockq")  # [K, N]
+        assert codes.min() >= -8 and codes.max() <= 7  # Q4_1's 16 levels, centred
+        rebuilt = codes * np.repeat(value(f"{w}_blockscale"), 32, axis=0) + np.repeat(value(m), 32, axis=0)
+        np.testing.assert_allclose(rebuilt, floats[w], rtol=0, atol=1e-5 * np.abs(floats[w]).max())
+    # the min-term path is float: block sums of the float norm output, no Q/DQ in between
+    producers = {o: n for n in g.node for o in n.output}
+    mins_matmul = next(n for n in g.node if n.name == "/layers.0/attn/v/mins")
+    assert producers[mins_matmul.input[0]].op_type == "ReduceSum" and mins_matmul.input[1] == "layers.0.v.mins_t"
+    assert producers[producers[mins_matmul.input[0]].input[0]].op_type == "Reshape"
+    assert result["metrics"]["logits_cosine"] >= 0.999
+    compile_model_dir, record_target, qnn = _htp()
+    entry = compile_model_dir(out, TARGETS[:1], shared=False, fp16=False)
+    assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
+    record_target(out, entry)
+    monkeypatch.setenv(qnn.TARGET_ENV, TARGETS[0])
+    cpu, htp = Decoder(out), Decoder(out, backend="htp")
+    prompt = [int(t) for t in np.random.default_rng(0).integers(3, 290, size=21)]
+    lc, lh = cpu.feed(prompt), htp.feed(prompt)
+    for step in range(6):  # the CPU's greedy tokens through both
+        assert cosine(lc, lh) >= 0.999, (step, cosine(lc, lh))
+        top2 = np.sort(lc)[-2:]
+        assert int(np.argmax(lh)) == int(np.argmax(lc)) or top2[1] - top2[0] < 0.2  # or a near tie
+        lc, lh = cpu.feed([int(np.argmax(lc))]), htp.feed([int(np.argmax(lc))])
+
+
+def test_linear_layers_with_the_widest_outputs_stay_float(w8, tiny_builds, tmp_path):
+    """float_range: a linear layer whose calibrated output (any graph but the start graph) reaches
+    it stays float, weight included; the others are quantized as before. The threshold is set
+    between the two widest linear outputs the w8a16 build recorded, so exactly one layer qualifies."""
+    ranges = json.loads((w8["dir"] / "quantization_ranges.json").read_text())
+    linear = {f"/layers.{i}/{p}" for i in range(2) for p in ("attn/q", "attn/k", "attn/v", "attn/o", "mlp/gate",
+                                                                  "mlp/up", "mlp/down")}
+    reach = {n: max(max(abs(r[f"{n}/output_0"]["min"]), abs(r[f"{n}/output_0"]["max"]))
+                    for g, r in ranges.items() if g != "start") for n in linear}
+    widest, second = sorted(reach, key=reach.get, reverse=True)[:2]
+    assert reach[widest] > reach[second] and reach[widest] < 256  # the built-in range chose none here
+    out = tmp_path / "llama_wide"
+    threshold = (reach[widest] + reach[second]) / 2
+    result = quantize_model_dir(tiny_builds["llama"], {"base": "w8a16", "float_range": threshold}, samples=SAMPLES,
+                                out=out, progress=False, eval_samples=4)
+    q = load_manifest(out).quantization
+    assert q["recipe_spec"]["keep_float"][-1] == widest and widest not in RECIPES["w8a16"].keep_float
+    weight = f"{widest.split('/')[1]}.{widest.rsplit('/', 1)[1]}.weight_t"  # /layers.1/mlp/down -> layers.1.down
+    assert q["weights"]["tensors"][weight]["type"] == "float"
+    assert sum(t["type"] == "int8" for t in q["weights"]["tensors"].values()) == len(linear) - 1
+    node = next(n for n in _graph(out, "decode").graph.node if n.name == widest)
+    assert node.input[1] == weight  # the float initializer itself, no DequantizeLinear
+    assert result["metrics"]["logits_cosine"] >= 0.999
 
 
 def test_recipe_file_overrides_and_in_place_quantization(tiny_builds, tmp_path):

@@ -60,10 +60,14 @@ class BlockWeight:
             z = np.pad(z, ((0, 0), (0, 1)))
         return _pack(z, self.bits)
 
+    def unpacked(self) -> np.ndarray:
+        """The unsigned codes, one per weight: uint8 [N, K/block, block]."""
+        return _unpack(self.codes, self.bits)
+
     def dequantize(self) -> np.ndarray:
         """float32 [N, K], what the graph multiplies by (for tests and reports)."""
         zero = self.zero_points[..., None] if self.zero_points is not None else 1 << (self.bits - 1)
-        w = (_unpack(self.codes, self.bits).astype(np.float32) - zero) * self.scales[..., None]
+        w = (self.unpacked().astype(np.float32) - zero) * self.scales[..., None]
         if self.mins is not None:
             w = w + self.mins[..., None]
         return w.reshape(self.n, -1)[:, :self.k]

@@ -1,6 +1,7 @@
 """`quantize_model_dir`: a float model directory in, a quantized model directory out.
 
-    float dir ─► prepare ─► activation ranges (real text through the prepared float graphs, run by the runtime)
+    float dir ─► source grids (int8 blocks the GGUF already has, min terms split out) ─► prepare
+              ─► activation ranges (real text through the prepared float graphs, run by the runtime)
               ─► per graph: prepare ─► plan (recipe + pinned KV ranges) ─► QDQ quantize ─► blocks ─► KV I/O uint16
               ─► one shared weights file ─► manifest (graphs' I/O, quantization) ─► accuracy on held-out text
               ─► report (metrics + activation ranges per layer)
@@ -15,11 +16,13 @@ read from the source directory until the end, because the accuracy report needs 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ from onnx import numpy_helper
 
 from build_scripts.errors import BuildError
 from build_scripts.quantize import calibration as cal_mod
-from build_scripts.quantize import qdq
+from build_scripts.quantize import qdq, source_grid
 from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
@@ -88,13 +91,30 @@ def _kv_ranges(calib: cal_mod.LLMCalibration, margin: float) -> dict[str, tuple[
     return out
 
 
-def prepare_graphs(src: Path, graphs: list[GraphSpec], work: Path) -> dict[str, Path]:
+def _source_grids(src: Path, m: Manifest, recipe: Recipe) -> dict[str, source_grid.SourceGrid]:
+    """The int8 grids of the linear weights the recipe quantizes, where the GGUF source has them."""
+    if not recipe.source_grid or recipe.linear_weights != "int8" or m.source.format != "gguf":
+        return {}
+    source = Path(m.source.path)
+    if not source.is_file():
+        log.warning("the source %s is gone: int8 linear weights are quantized per channel instead of on its "
+                    "blocks (rebuild the float model to use them)", source)
+        return {}
+    graph = src / m.graphs[0].file
+    model = onnx.load(str(graph), load_external_data=False)
+    names = [w for w, (role, _) in qdq.weight_roles(model).items() if role == "linear" and recipe.matching(w) is None]
+    return source_grid.source_grids(source, names, lambda w: qdq.read_initializers(graph, [w])[w])
+
+
+def prepare_graphs(src: Path, graphs: list[GraphSpec], work: Path,
+                   grids: dict[str, source_grid.SourceGrid] | None = None) -> dict[str, Path]:
     """Prepared float graphs in `work`, all referencing one weights file; graph name -> path
     (graphs built from the same source file share one prepared graph).
 
     The graphs are loaded without their weights and pointed at a copy of the source's weights
     file (GPTQ rewrites weights in that copy, in place), so no graph's weights are ever held in
-    memory here: a 1.5B model's float graphs are 6 GB each."""
+    memory here: a 1.5B model's float graphs are 6 GB each. Weights with a source grid are
+    rewritten as its codes × scales, their min terms split out (source_grid.split_mins)."""
     data = work / PREPARED_DATA
     copied: set[str] = set()
     by_file: dict[str, onnx.ModelProto] = {}
@@ -108,26 +128,51 @@ def prepare_graphs(src: Path, graphs: list[GraphSpec], work: Path) -> dict[str, 
                 if location not in copied:
                     shutil.copyfile(src / location, data)
                     copied.add(location)
+            source_grid.split_mins(model, grids or {})
             by_file[g.file] = qdq.prepare(model, work)
     paths = {}
     for file, model in by_file.items():
         paths[file] = work / f"{Path(file).stem}.prep.onnx"
         onnx.save(model, str(paths[file]))
+    for w, grid in (grids or {}).items():  # one weights file: writing through the first graph serves all
+        qdq.write_initializer(next(iter(paths.values())), w, grid.dequantize(mins=False))
     return {g.name: paths[g.file] for g in graphs}
 
 
-def _gptq_targets(prepared: Path, recipe: Recipe) -> dict[str, tuple[str, int, int | None]]:
-    """Linear weights GPTQ rounds: weight -> (its input tensor, bits, block size or None)."""
+def _wide_linears(prepared: Path, ranges: dict[str, dict[str, tuple[float, float]]], recipe: Recipe,
+                  skip: str | None) -> tuple[str, ...]:
+    """The MatMul nodes with linear weights whose calibrated output reaches `recipe.float_range`
+    in any graph but `skip` (the start graph: position 0 has massive activations of its own)."""
+    if not recipe.float_range:
+        return ()
+    model = onnx.load(str(prepared), load_external_data=False)
+    roles = qdq.weight_roles(model)
+    reach = {}
+    for graph, tensors in ranges.items():
+        if graph != skip:
+            for t, (lo, hi) in tensors.items():
+                reach[t] = max(reach.get(t, 0.0), abs(lo), abs(hi))
+    # a linear layer's output is "<node>/output_0" (graph/builder.py), also once its min term is split out
+    return tuple(n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in roles
+                 and roles[n.input[1]][0] == "linear" and not n.name.endswith(source_grid.FLOAT_NODES)  # float already
+                 and reach.get(f"{n.name}/output_0", 0.0) >= recipe.float_range)
+
+
+def _gptq_targets(prepared: Path, recipe: Recipe, exact=()) -> dict[str, tuple[str, int, int | None]]:
+    """Linear weights GPTQ rounds: weight -> (its input tensor, bits, block size or None); not the
+    `exact` ones (source grids, their min terms), nor those of nodes the recipe keeps float."""
     if recipe.rounding != "gptq" or recipe.linear_weights not in ("int8", "int4"):
         return {}
     model = onnx.load(str(prepared), load_external_data=False)
     inits = {t.name: t for t in model.graph.initializer}
     roles = qdq.weight_roles(model)
     bits = 8 if recipe.linear_weights == "int8" else 4
+    floats = set(recipe.float_nodes(n.name for n in model.graph.node))
     out = {}
     for n in model.graph.node:
         w = n.input[1] if n.op_type == "MatMul" and len(n.input) > 1 else None
-        if w in roles and roles[w][0] == "linear" and recipe.matching(w) is None:
+        if (w in roles and roles[w][0] == "linear" and recipe.matching(w) is None and w not in exact
+                and n.name not in floats):
             k = inits[w].dims[0]
             block = recipe.block_size if recipe.block_size and k % recipe.block_size == 0 else None
             out[w] = (n.input[0], bits, block)
@@ -143,11 +188,9 @@ def _apply_gptq(prepared: Path, targets: dict, hessians, progress: bool) -> dict
     from build_scripts.quantize.gptq import gptq
 
     model = onnx.load(str(prepared), load_external_data=False)
-    offsets: dict[tuple, int] = {}
-    for t in model.graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            key = tuple(sorted((e.key, e.value) for e in t.external_data))
-            offsets[key] = offsets.get(key, 0) + 1
+    where = {t.name: tuple(sorted((e.key, e.value) for e in t.external_data)) if
+             t.data_location == onnx.TensorProto.EXTERNAL else None for t in model.graph.initializer}
+    readers = Counter(where.values())  # initializers per stored byte range
     out: dict[str, Any] = {"per_channel": {}, "blocks": {}, "skipped": []}
     start = time.perf_counter()
     for w, (x, bits, block) in tqdm(targets.items(), desc="gptq", unit="weight", disable=not progress, leave=False):
@@ -159,25 +202,22 @@ def _apply_gptq(prepared: Path, targets: dict, hessians, progress: bool) -> dict
         if block:
             out["blocks"][w] = (q, scale)
             continue
-        where = qdq.initializer_location(prepared, w)
-        t = next(t for t in model.graph.initializer if t.name == w)
-        if where is None or offsets[tuple(sorted((e.key, e.value) for e in t.external_data))] > 1:
+        if where[w] is None or readers[where[w]] > 1:
             out["skipped"].append(w)  # inline or shared bytes: leave it to round-to-nearest
             continue
-        path, offset, length = where
-        data = (q.astype(np.float32) * scale[None, :].astype(np.float32)).astype(np.float32)
-        with open(path, "r+b") as f:
-            f.seek(offset)
-            f.write(data.tobytes())
+        qdq.write_initializer(prepared, w, q.astype(np.float32) * scale[None, :].astype(np.float32))
         out["per_channel"][w] = scale.astype(np.float32)
     out["seconds"] = round(time.perf_counter() - start, 1)
     return out
 
 
 def _quantize_graphs(graphs: list[GraphSpec], prepared: dict[str, Path], ranges: dict[str, dict], recipe: Recipe,
-                     kv_ranges: dict, work: Path, progress: bool,
-                     rounded: dict[str, Any] | None = None) -> tuple[dict[str, onnx.ModelProto], dict[str, Any]]:
-    """Quantize each prepared graph with its calibrated ranges (`rounded`: GPTQ results)."""
+                     kv_ranges: dict, work: Path, progress: bool, rounded: dict[str, Any] | None = None,
+                     grids: dict[str, source_grid.SourceGrid] | None = None) -> tuple[dict[str, onnx.ModelProto], dict[str, Any]]:
+    """Quantize each prepared graph with its calibrated ranges (`rounded`: GPTQ results; `grids`:
+    weights whose int8 blocks come from the source as they are)."""
+    grids = grids or {}
+    blocks = {**(rounded or {}).get("blocks", {}), **{w: (g.codes, g.scales) for w, g in grids.items()}}
     from tqdm import tqdm
 
     models, info = {}, {"io": {}, "weights": {}, "overrides": {}, "blocked": {}, "kv_pinned": {}, "ranges": {},
@@ -185,7 +225,7 @@ def _quantize_graphs(graphs: list[GraphSpec], prepared: dict[str, Path], ranges:
     for g in tqdm(graphs, desc="quantize", unit="graph", disable=not progress, leave=False):
         start = time.perf_counter()
         model = onnx.load(str(prepared[g.name]), load_external_data=False)
-        plan = qdq.build_plan(model, recipe, kv_ranges)
+        plan = qdq.build_plan(model, recipe, kv_ranges, grids)
         for w, scale in (rounded or {}).get("per_channel", {}).items():
             if w in plan.overrides:  # the GPTQ grid: the quantizer must not recompute the scales
                 qt = plan.overrides[w][0]["quant_type"]
@@ -205,8 +245,8 @@ def _quantize_graphs(graphs: list[GraphSpec], prepared: dict[str, Path], ranges:
         qdq.quantize_graph(prepared[g.name], out, ranges[g.name], plan, recipe, work)
         q = onnx.load(str(out))
         if plan.blocked:
-            qdq.apply_blocks(q, qdq.read_initializers(prepared[g.name], plan.blocked), plan.blocked,
-                             (rounded or {}).get("blocks"))
+            qdq.apply_blocks(q, qdq.read_initializers(prepared[g.name], set(plan.blocked) - set(blocks)),
+                             plan.blocked, blocks)
         io = qdq.boundary_params(q)
         io.update(qdq.kv_io_to_uint16(q))
         encoded = qdq.activation_encodings(q)
@@ -340,9 +380,11 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
     if start:  # the decode graph once more, calibrated on position 0 only (see runtime/decoder.py)
         decode = next(g for g in m.graphs if g.kind == "decode")
         graphs.append(decode.model_copy(update={"name": start}))
-    prepared = prepare_graphs(src, graphs, work)
+    grids = _source_grids(src, m, recipe)
+    prepared = prepare_graphs(src, graphs, work, grids)
     t0 = time.perf_counter()
-    targets = _gptq_targets(prepared[m.graphs[0].name], recipe)
+    exact = {*grids, *(w[: -len(source_grid.WEIGHT_SUFFIX)] + source_grid.MINS_SUFFIX for w in grids)}
+    targets = _gptq_targets(prepared[m.graphs[0].name], recipe, exact)
     hessians = HessianStore() if targets else None
     inputs = sorted({x for x, _, _ in targets.values()})
     collectors = {g.name: cal_mod.RangeCollector(prepared[g.name], hessians=hessians, hessian_inputs=inputs)
@@ -350,10 +392,17 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
     calib_data = cal_mod.capture_llm(llm, seqs, collectors, progress=progress, start_graph=start)
     del collectors
     capture_s = time.perf_counter() - t0
+    wide = _wide_linears(prepared[m.graphs[0].name], calib_data.ranges, recipe, start)
+    if wide:
+        log.info("%d linear layer(s) stay float, their outputs reaching %g: %s", len(wide), recipe.float_range,
+                 ", ".join(wide))
+        recipe = dataclasses.replace(recipe, keep_float=recipe.keep_float + wide)
+        targets = _gptq_targets(prepared[m.graphs[0].name], recipe, exact)  # GPTQ now skips them
     rounded = _apply_gptq(prepared[m.graphs[0].name], targets, hessians, progress) if targets else None
     del hessians
     kv_ranges = _kv_ranges(calib_data, recipe.kv_margin)
-    models, info = _quantize_graphs(graphs, prepared, calib_data.ranges, recipe, kv_ranges, work, progress, rounded)
+    models, info = _quantize_graphs(graphs, prepared, calib_data.ranges, recipe, kv_ranges, work, progress, rounded,
+                                    grids)
     calib_summary = calib_data.summary()
     weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
     float_bytes = (src / m.weights_file).stat().st_size

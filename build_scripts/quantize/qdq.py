@@ -37,6 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 from build_scripts.errors import BuildError
 from build_scripts.quantize.gptq import block_scales, code_range
 from build_scripts.quantize.recipes import BLOCK_TYPES, Recipe
+from build_scripts.quantize.source_grid import FLOAT_NODES as MIN_TERM_NODES, MINS_SUFFIX, WEIGHT_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -200,14 +201,33 @@ def kv_pin_chain(model: onnx.ModelProto, output: str) -> list[str]:
     return chain
 
 
-def build_plan(model: onnx.ModelProto, recipe: Recipe, kv_ranges: dict[str, tuple[float, float]]) -> Plan:
-    """Overrides for one prepared graph. `kv_ranges`: "key_3"/"value_3" -> pinned (rmin, rmax)."""
+def build_plan(model: onnx.ModelProto, recipe: Recipe, kv_ranges: dict[str, tuple[float, float]],
+               grids: dict | None = None) -> Plan:
+    """Overrides for one prepared graph. `kv_ranges`: "key_3"/"value_3" -> pinned (rmin, rmax);
+    `grids`: linear weights on their source's int8 blocks (source_grid.py). Weights that only
+    float nodes read (keep_float; the min terms) stay float."""
     g = model.graph
     roles = weight_roles(model)
     inits = _initializers(g)
-    plan = Plan({}, float_nodes=recipe.float_nodes(n.name for n in g.node))
+    grids = grids or {}
+    mins = {w[: -len(WEIGHT_SUFFIX)] + MINS_SUFFIX for w in grids}
+    float_nodes = recipe.float_nodes(n.name for n in g.node)
+    if grids:  # the min terms' nodes (source_grid.split_mins) are float whatever the recipe says
+        float_nodes += [n.name for n in g.node if n.name.endswith(MIN_TERM_NODES) and n.name not in float_nodes]
+    plan = Plan({}, float_nodes=float_nodes)
+    readers, floats = _consumers(g), set(float_nodes)
+    float_only = {w for w in roles if all(n.name in floats for n in readers[w])}
 
     for name, (role, axis) in roles.items():
+        if name in float_only:  # read by float nodes only: stays float (fp16 on HTP)
+            plan.weights[name] = {"role": "min term" if name in mins else role, "type": "float"}
+            continue
+        if name in grids:
+            plan.overrides[name] = [{"quant_type": quant_type("int8"), "symmetric": True, "axis": axis}]
+            plan.weights[name] = {"role": role, "type": "int8", "symmetric": True, "rounding": "source",
+                                  "granularity": f"{grids[name].origin} block{grids[name].block}"}
+            plan.blocked[name] = grids[name].block
+            continue
         default = {"linear": recipe.linear_weights, "lm_head": recipe.lm_head, "embedding": recipe.embedding,
                    "norm": recipe.norm_weights}[role]
         user = recipe.matching(name)
@@ -352,6 +372,17 @@ def initializer_location(path: Path, name: str) -> tuple[Path, int, int] | None:
             info = {e.key: e.value for e in t.external_data}
             return path.parent / info["location"], int(info.get("offset", 0)), int(info["length"])
     return None
+
+
+def write_initializer(path: Path, name: str, value: np.ndarray) -> None:
+    """Overwrite an external float32 initializer of a graph file in place (same size)."""
+    where = initializer_location(path, name)
+    data = np.ascontiguousarray(value, dtype=np.float32)
+    if where is None or where[2] != data.nbytes:
+        raise BuildError(f"{path.name}: {name} is not an external initializer of {data.nbytes} bytes")
+    with open(where[0], "r+b") as f:
+        f.seek(where[1])
+        f.write(data.tobytes())
 
 
 def read_initializers(path: Path, names) -> dict[str, np.ndarray]:

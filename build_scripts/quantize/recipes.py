@@ -1,14 +1,15 @@
 """Quantization recipes: what precision each kind of tensor gets, plus per-tensor overrides.
 
 Built in:
-  w8a16  per-channel symmetric int8 on every linear (MatMul) weight, uint16 activations, uint16 KV
+  w8a16  symmetric int8 on every linear (MatMul) weight: a GGUF source's own blocks where it has
+         them (bit-exact, source_grid.py), per channel otherwise; uint16 activations, uint16 KV
          cache I/O (the default for LLMs)
   w4a16  block-wise symmetric int4 on every linear weight (blocks of `block_size` along the input
          dimension: what QNN lowers to LPBQ with enable_block_quant_weight_optimization=1, so the
          block scales are made LPBQ-exact first: gptq.lpbq_scales); uint16 activations and KV
   w4a16-mixed  w4a16 with the value and down projections int8 per channel
-All keep the residual stream (the residual adds and the norms reading it) in float, fp16 on HTP:
-see FLOAT_RESIDUAL.
+All keep the residual stream (the residual adds and the norms reading it) in float, fp16 on HTP
+(FLOAT_RESIDUAL), and the linear layers whose outputs reach ±256 (FLOAT_RANGE).
 All keep the token-embedding table and the LM head at 16 bits, per tensor (symmetric int16):
 measured on SmolLM2-135M, a uint8 per-tensor embedding table alone (SNR 30 dB) flipped 11% of the
 greedy tokens and a per-channel int8 LM head alone 4.5%, while int16 per tensor (SNR ~78 dB) is
@@ -69,10 +70,12 @@ class Recipe:
     kv_cache: str = "uint16"  # past_*/new_* graph I/O, one scale per tensor shared by all graphs
     start_graph: bool = True  # LLMs: position 0 through its own quantized decode graph (massive activations)
     rounding: str = "gptq"  # linear weights: "gptq" (error-compensating, calibration Hessians) or "nearest"
+    source_grid: bool = False  # int8 linear weights: a GGUF's own blocks where it has them (source_grid.py)
     activation_margin: float = 0.1  # every calibrated activation range widened by this fraction of its span per side
     kv_margin: float = 0.1  # KV range = calibrated range widened by this fraction of its span on each side
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     keep_float: tuple[str, ...] = ()  # node-name patterns left unquantized (fp16 on HTP)
+    float_range: float = 0.0  # > 0: linear layers whose calibrated output reaches this magnitude stay float too
     description: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,17 +102,30 @@ class Recipe:
 # tokens). A recipe file with "keep_float": [] makes every node integer again.
 FLOAT_RESIDUAL = ("/layers.*/*/residual", "/layers.*/*/rms_norm", "/head/rms_norm")
 
+# Linear layers whose outputs reach ±256 stay float (fp16 on HTP): the down projections that write
+# the massive activations into the residual stream (SmolLM2: up to ±1.5e4 in layers 11, 28, 29),
+# where a 16-bit grid steps by up to 0.5 against ordinary outputs of 0.1-10. On SmolLM2 w8a16 the
+# 7 such layers of 30 in float lifted greedy agreement 98.2% -> 99.1% (logits cosine 0.99964 ->
+# 0.99987) for 19 MB more weights (docs/benchmarks.md).
+FLOAT_RANGE = 256.0
+
 RECIPES: dict[str, Recipe] = {
-    "w8a16": Recipe("w8a16", keep_float=FLOAT_RESIDUAL,
-                    description="per-channel symmetric int8 linear weights, int16 embedding/LM head, "
-                                "uint16 activations with the residual stream in fp16, uint16 KV I/O"),
+    # int8 linear weights on the GGUF's own blocks where the source has them (Q4_0/Q4_1/Q4_K/Q8_0/
+    # Q6_K: bit-exact, plus a 16-bit min term for Q4_1/Q4_K), per channel (GPTQ) otherwise. On
+    # SmolLM2-135M (Q4_1) greedy agreement 96.3% -> 98.x% against per-channel int8 everywhere
+    "w8a16": Recipe("w8a16", keep_float=FLOAT_RESIDUAL, float_range=FLOAT_RANGE, source_grid=True,
+                    description="int8 linear weights (the GGUF's own blocks exactly, else per channel), "
+                                "int16 embedding/LM head, uint16 activations with the residual stream in "
+                                "fp16, uint16 KV I/O"),
     "w4a16": Recipe("w4a16", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
+                    float_range=FLOAT_RANGE,
                     description="block-wise int4 linear weights (LPBQ on HTP), int16 embedding/LM head, "
                                 "uint16 activations with the residual stream in fp16, uint16 KV I/O"),
     # w4a16 with the value and down projections at 8 bits, as llama.cpp's Q4_K_M keeps attn_v and
     # ffn_down at 6: on SmolLM2-135M greedy agreement 72.6% -> 85.2% and perplexity +38% -> +7.7%
     # for 112 -> 125 MB of weights (docs/benchmarks.md)
     "w4a16-mixed": Recipe("w4a16-mixed", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
+                          float_range=FLOAT_RANGE,
                           overrides={"layers.*.v.weight_t": {"quant_type": "int8"},
                                      "layers.*.down.weight_t": {"quant_type": "int8"}},
                           description="w4a16 with the value and down projections int8 per channel"),
@@ -119,9 +135,12 @@ RECIPES: dict[str, Recipe] = {
 def for_targets(recipe: Recipe, htp_archs) -> Recipe:
     """The recipe adjusted to the HTP generations it will be compiled for. v68 (SA8295P, SM8350)
     refuses a 16-bit Gemm weight, so there the LM head goes int8 per output channel (measured on
-    SmolLM2: 4.5% of greedy tokens flip against the int16 head; see the module docstring)."""
-    if recipe.lm_head == "int16" and any(arch < 69 for arch in htp_archs):
-        return dataclasses.replace(recipe, name=f"{recipe.name}+v68", lm_head="int8", lm_head_per_channel=True)
+    SmolLM2: 4.5% of greedy tokens flip against the int16 head; see the module docstring), and the
+    linear weights per channel: v68 has no block-quantized MatMul, which a source grid's int8
+    blocks need (SA8295P: "Failed to add BQ MatMul node" for every linear weight)."""
+    if (recipe.lm_head == "int16" or recipe.source_grid) and any(arch < 69 for arch in htp_archs):
+        return dataclasses.replace(recipe, name=f"{recipe.name}+v68", lm_head="int8", lm_head_per_channel=True,
+                                   source_grid=False)
     return recipe
 
 
@@ -191,6 +210,9 @@ def resolve_recipe(recipe: str | Path | Recipe | dict) -> Recipe:
         if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
             raise BuildError(f"{where}: keep_float must be a list of node-name patterns")
         spec["keep_float"] = tuple(patterns)
+    reach = spec.get("float_range", 0)
+    if isinstance(reach, bool) or not isinstance(reach, (int, float)) or reach < 0:
+        raise BuildError(f"{where}: float_range must be a number >= 0 (0: off)")
     if "overrides" in spec:
         spec["overrides"] = {**base.overrides, **_check_overrides(spec["overrides"], where)}
     block = int(spec.get("block_size", base.block_size))
