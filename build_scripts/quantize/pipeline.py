@@ -2,6 +2,7 @@
 
     float dir ─► source grids (int8 blocks the GGUF already has, min terms split out) ─► prepare
               ─► activation ranges (real text through the prepared float graphs, run by the runtime)
+              ─► linear layers whose outputs reach the recipe's float_range stay float ─► GPTQ
               ─► per graph: prepare ─► plan (recipe + pinned KV ranges) ─► QDQ quantize ─► blocks ─► KV I/O uint16
               ─► one shared weights file ─► manifest (graphs' I/O, quantization) ─► accuracy on held-out text
               ─► report (metrics + activation ranges per layer)
