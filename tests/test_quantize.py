@@ -619,6 +619,11 @@ def test_recipe_errors(tmp_path):
     bad.write_text(json.dumps({"base": "w8a16", "keep_float": "/layers.*/*/residual"}))
     with pytest.raises(BuildError, match="keep_float must be a list"):
         resolve_recipe(bad)
+    for reach in (-1, "256", True):
+        bad.write_text(json.dumps({"base": "w8a16", "float_range": reach}))
+        with pytest.raises(BuildError, match="float_range must be a number"):
+            resolve_recipe(bad)
+    assert resolve_recipe({"base": "w8a16", "float_range": 0}).float_range == 0
 
 
 # ------------------------------------------------------------------------------------------------
