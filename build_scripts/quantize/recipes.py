@@ -122,8 +122,8 @@ RECIPES: dict[str, Recipe] = {
                     description="block-wise int4 linear weights (LPBQ on HTP), int16 embedding/LM head, "
                                 "uint16 activations with the residual stream in fp16, uint16 KV I/O"),
     # w4a16 with the value and down projections at 8 bits, as llama.cpp's Q4_K_M keeps attn_v and
-    # ffn_down at 6: on SmolLM2-135M greedy agreement 72.6% -> 85.2% and perplexity +38% -> +7.7%
-    # for 112 -> 125 MB of weights (docs/benchmarks.md)
+    # ffn_down at 6: on SmolLM2-135M greedy agreement 75.6% -> 86.2% and perplexity +27% -> +7.0%
+    # for 142 -> 152 MB of weights (docs/benchmarks.md)
     "w4a16-mixed": Recipe("w4a16-mixed", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
                           float_range=FLOAT_RANGE,
                           overrides={"layers.*.v.weight_t": {"quant_type": "int8"},
