@@ -297,7 +297,7 @@ def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_bui
     assert for_targets(RECIPES["w8a16"], [75, 79]) is RECIPES["w8a16"]
     recipe = for_targets(RECIPES["w8a16"], [68, 75])
     assert (recipe.name, recipe.lm_head, recipe.lm_head_per_channel) == ("w8a16+v68", "int8", True)
-    assert not recipe.source_grid  # v68 has no block-quantized MatMul for its int8 blocks
+    assert not recipe.source_grid  # v68 takes int4 block weights but not int8 ones
     out = tmp_path / "llama_v68"
     quantize_model_dir(tiny_builds["llama"], recipe, samples=SAMPLES, out=out, progress=False, eval_samples=2)
     assert load_manifest(out).quantization["weights"]["tensors"]["lm_head"]["type"] == "int8"

@@ -136,8 +136,8 @@ def for_targets(recipe: Recipe, htp_archs) -> Recipe:
     """The recipe adjusted to the HTP generations it will be compiled for. v68 (SA8295P, SM8350)
     refuses a 16-bit Gemm weight, so there the LM head goes int8 per output channel (measured on
     SmolLM2: 4.5% of greedy tokens flip against the int16 head; see the module docstring), and the
-    linear weights per channel: v68 has no block-quantized MatMul, which a source grid's int8
-    blocks need (SA8295P: "Failed to add BQ MatMul node" for every linear weight)."""
+    linear weights per channel: v68 takes int4 block weights (w4a16 compiles fully for SA8295P)
+    but not a source grid's int8 blocks ("Failed to add BQ MatMul node" for every linear weight)."""
     if (recipe.lm_head == "int16" or recipe.source_grid) and any(arch < 69 for arch in htp_archs):
         return dataclasses.replace(recipe, name=f"{recipe.name}+v68", lm_head="int8", lm_head_per_channel=True,
                                    source_grid=False)
