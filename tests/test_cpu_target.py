@@ -15,6 +15,7 @@ from app.quickstart import _ready
 from build_scripts.build import build_llm
 from build_scripts.errors import BuildError
 from build_scripts.graph import blocks
+from build_scripts.quantize.source_grid import grid_of
 from models.manifest import load_manifest
 from runtime.decoder import Decoder
 from runtime.errors import RuntimeModelError
@@ -47,6 +48,10 @@ def test_gguf_blocks_map_exactly(qtype):
     assert bw.origin == f"gguf {qtype.name} (exact)" and bw.bits == (8 if qtype in (T.Q8_0, T.Q6_K) else 4)
     # a folded constant (attention's 1/sqrt(d)) scales the whole weight, mins included
     np.testing.assert_allclose(bw.scaled(0.25).dequantize(), expected * 0.25, rtol=1e-6, atol=1e-7)
+    # the same blocks as w8a16's signed int8 grid [K, N] (+ the min term where the type has one)
+    grid = grid_of(bw)
+    assert grid.codes.dtype == np.int8 and (grid.mins is None) == (qtype in (T.Q4_0, T.Q8_0, T.Q6_K))
+    np.testing.assert_allclose(grid.dequantize(), expected.T, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("bits", [4, 8])

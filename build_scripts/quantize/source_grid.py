@@ -55,7 +55,7 @@ class SourceGrid:
         return w if self.mins is None or not mins else w + np.repeat(self.mins, self.block, axis=0)
 
 
-def _signed(bw: BlockWeight) -> SourceGrid:
+def grid_of(bw: BlockWeight) -> SourceGrid:
     """A MatMulNBits BlockWeight [N, K] as signed int8 codes [K, N]: codes re-centred on 0 (the
     offset moves into the min term, which Q4_0/Q8_0/Q6_K do not need)."""
     codes = bw.unpacked().astype(np.int16)  # [N, K/block, block]
@@ -88,7 +88,7 @@ def source_grids(source: str | Path, names: list[str], read: Callable[[str], np.
         bw = from_gguf(stored, raw) if raw is not None else None
         if bw is None or bw.block % 8:
             continue
-        grid, w = _signed(bw), read(name)
+        grid, w = grid_of(bw), read(name)
         exact = grid.dequantize()
         if exact.shape != w.shape:
             continue
