@@ -7,10 +7,10 @@ block (graph/blocks.py):
     Q4_1  (q − 8)·d + (m + 8d)                  Q4_K  (q − 8)·d·sc + (8·d·sc − dmin·mn)
 
 So int8 blocks with the file's own scales hold the codes bit-exactly, and the mins become a
-second, small MatMul over the block sums of x with 16-bit weights [K/block, N]:
+second, small MatMul over the block sums of x with float weights [K/block, N]:
 
     x ─MatMul(int8 blocks: codes, d)───────────────────────────┬─Add──►   (the MatMul's output name)
-      └─Reshape [.., K/block, block]─ReduceSum─MatMul(mins, int16)┘
+      └─Reshape [.., K/block, block]─ReduceSum─MatMul(mins, float)┘
 
 Rounding a Q4_1 tensor onto any new int8 grid (per channel or blocks of 32, GPTQ or nearest)
 costs ~0.5–0.8% relative error per weight, which measured as the gap between SmolLM2's w8a16 and
@@ -86,7 +86,7 @@ def source_grids(source: str | Path, names: list[str], read: Callable[[str], np.
             continue
         stored, raw = weights.stored(name[: -len(WEIGHT_SUFFIX)])
         bw = from_gguf(stored, raw) if raw is not None else None
-        if bw is None or bw.block % 8:
+        if bw is None or bw.block % 8 or bw.k % bw.block:  # HTP blocks: multiples of 8, whole rows
             continue
         grid, w = grid_of(bw), read(name)
         exact = grid.dequantize()
@@ -103,13 +103,13 @@ def source_grids(source: str | Path, names: list[str], read: Callable[[str], np.
     return out
 
 
-def split_mins(model: onnx.ModelProto, grids: dict[str, SourceGrid]) -> list[str]:
+def split_mins(model: onnx.ModelProto, grids: dict[str, SourceGrid]) -> None:
     """Rewrite every MatMul whose weight has a min term as codes MatMul + min-term MatMul (see the
     module docstring); the mins are added as initializers `<weight>.mins_t` (rather small:
-    1/block of the weight). Returns the mins initializer names."""
+    1/block of the weight)."""
     g = model.graph
     sums: dict[tuple[str, int], str] = {}  # q/k/v (and gate/up) share their input's block sums
-    nodes, added = [], []
+    nodes = []
     for n in g.node:
         nodes.append(n)
         grid = grids.get(n.input[1]) if n.op_type == "MatMul" and len(n.input) > 1 else None
@@ -128,7 +128,6 @@ def split_mins(model: onnx.ModelProto, grids: dict[str, SourceGrid]) -> list[str
             sums[(x, grid.block)] = f"{base}/output_0"
         mins = w[: -len(WEIGHT_SUFFIX)] + MINS_SUFFIX
         g.initializer.append(numpy_helper.from_array(grid.mins, mins))
-        added.append(mins)
         codes_out = f"{n.name}/codes/output_0"
         n.output[0] = codes_out
         nodes.append(helper.make_node("MatMul", [sums[(x, grid.block)], mins], [f"{n.name}/mins/output_0"],
@@ -136,4 +135,3 @@ def split_mins(model: onnx.ModelProto, grids: dict[str, SourceGrid]) -> list[str
         nodes.append(helper.make_node("Add", [codes_out, f"{n.name}/mins/output_0"], [out], name=f"{n.name}/add_mins"))
     del g.node[:]
     g.node.extend(nodes)
-    return added
