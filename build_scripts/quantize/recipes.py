@@ -13,8 +13,9 @@ All keep the residual stream (the residual adds and the norms reading it) in flo
 All keep the token-embedding table and the LM head at 16 bits, per tensor (symmetric int16):
 measured on SmolLM2-135M, a uint8 per-tensor embedding table alone (SNR 30 dB) flipped 11% of the
 greedy tokens and a per-channel int8 LM head alone 4.5%, while int16 per tensor (SNR ~78 dB) is
-lossless. With a tied embedding both uses get the same encoding, so the table is stored once:
-the same bytes as a uint8 table plus an int8 head. (HTP takes an int16 symmetric Gemm weight, not
+lossless. With a tied embedding both uses get the same encoding, so the weights file stores the
+table once: the same bytes as a uint8 table plus an int8 head (a QNN context binary holds it twice
+either way, docs/benchmarks.md). (HTP takes an int16 symmetric Gemm weight, not
 a uint16 one.) A recipe file can set `embedding: uint8`, `lm_head: int8` +
 `lm_head_per_channel: true` to trade that accuracy for size on untied models.
 
