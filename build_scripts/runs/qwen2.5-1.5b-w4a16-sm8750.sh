@@ -8,7 +8,7 @@
 #   build_scripts/runs/qwen2.5-1.5b-w4a16-sm8750.sh [OUT_DIR] [LOG_DIR]
 # Environment: SAMPLES (calibration texts, default 32), CONTEXT (cache slots, default 1024),
 # RECIPE (w4a16, the default, or w4a16-mixed / a recipe file). The weights (7.1 GB fp32 float
-# graphs, 1.67 GB quantized) exceed the 1.5 GB part budget: the compile stage splits them in two.
+# graphs, 1.86 GB quantized) exceed the 1.5 GB part budget: the compile stage splits them in two.
 set -euo pipefail
 OUT=${1:-models/qwen2.5-1.5b-w4a16}
 LOG=${2:-$OUT.logs}
