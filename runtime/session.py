@@ -104,7 +104,11 @@ class GraphSession:
         try:
             return ort.InferenceSession(str(self.path), so)
         except Exception as e:  # noqa: BLE001 - ORT raises Fail / EPFail / InvalidArgument ...
-            raise RuntimeModelError(f"cannot load {self.path.name} on QNN HTP: {qnn.ort_message(e)}") from None
+            msg = qnn.ort_message(e)
+            if "MEM_ALLOC" in msg and kind.ep_context:  # measured: the simulator maps ~4 GB of binaries per process
+                msg += (" (the HTP ran out of room for context binaries: one process holds about 4 GB of them; "
+                        "a build with shared weights needs one copy for all graphs)")
+            raise RuntimeModelError(f"cannot load {self.path.name} on QNN HTP: {msg}") from None
 
     def _check_context(self, kind) -> None:
         from runtime import qnn
