@@ -468,9 +468,12 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     versions = qnn_versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
-    if ((manifest.quantization or {}).get("weights") or {}).get("blocked"):
+    weights = (manifest.quantization or {}).get("weights") or {}
+    exact4 = any(t.get("type") == "int4" and t.get("rounding") == "source" for t in weights.get("tensors", {}).values())
+    if weights.get("blocked") and not exact4:
         # block-wise int4/int8 weights: lower them to LPBQ (int4 scales are LPBQ-exact: gptq.block_scales);
-        # without this QNN keeps float block scales, 2.3x slower in simulation (qnn-notes.md)
+        # without this QNN keeps float block scales, 2.3x slower in simulation (qnn-notes.md). A GGUF's own
+        # int4 blocks (source_grid) keep them: LPBQ would re-round those scales and with them the weights
         kwargs["provider_options"] = {"enable_block_quant_weight_optimization": "1", **(kwargs.get("provider_options") or {})}
     builds = []
     try:

@@ -493,14 +493,18 @@ def test_cpu_backend_runs_block_weights_at_float_precision(tmp_path, dtype):
     assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
-def test_w8a16_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_path, monkeypatch):
-    """A Q4_1 GGUF (SmolLM2's type) under w8a16: every linear weight is int8 codes with the file's
-    own block scales plus a float min term over the input's block sums, which together rebuild the
-    float graphs' weights (dequantized by gguf); the graph compiles fully for HTP and the simulator
+@pytest.mark.parametrize("recipe,dtype,lpbq", [("w8a16", TensorProto.INT8, {"enable_block_quant_weight_optimization": "1"}),
+                                               ({"base": "w4a16", "source_grid": True}, TensorProto.INT4, {})],
+                         ids=["int8", "int4"])
+def test_source_grid_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_path, monkeypatch, recipe, dtype, lpbq):
+    """A Q4_1 GGUF (SmolLM2's type) under w8a16 (or w4a16 with source_grid): every linear weight is
+    int8 (int4) codes with the file's own block scales plus a float min term over the input's block
+    sums, which together rebuild the float graphs' weights (dequantized by gguf); the graph compiles
+    fully for HTP (int4: float block scales, not LPBQ, which would re-round them) and the simulator
     agrees with the CPU."""
     src = tiny_builds["llama_q41"]
-    out = tmp_path / "q41_w8a16"
-    result = quantize_model_dir(src, "w8a16", samples=SAMPLES, out=out, progress=False, eval_samples=4)
+    out = tmp_path / "q41_grid"
+    result = quantize_model_dir(src, recipe, samples=SAMPLES, out=out, progress=False, eval_samples=4)
     tensors = load_manifest(out).quantization["weights"]["tensors"]
     linear = [w for w, t in tensors.items() if t["role"] == "linear"]
     assert len(linear) == 7 * 2 and all(tensors[w]["granularity"] == "gguf Q4_1 block32" for w in linear)
@@ -508,6 +512,7 @@ def test_w8a16_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_path, 
     assert all(tensors[m] == {"role": "min term", "type": "float"} for m in mins)
     g = _graph(out, "decode").graph
     inits = {t.name: t for t in g.initializer}
+    assert all(inits[f"{w}_blockq"].data_type == dtype for w in linear)
     value = lambda name: numpy_helper.to_array(inits[name], base_dir=str(out)).astype(np.float32)
     floats = read_initializers(src / "decode.onnx", linear)
     for w, m in zip(linear, mins):
@@ -524,6 +529,7 @@ def test_w8a16_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_path, 
     compile_model_dir, record_target, qnn = _htp()
     entry = compile_model_dir(out, TARGETS[:1], shared=False, fp16=False)
     assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
+    assert all(b["provider_options"] == lpbq for b in entry["builds"])
     record_target(out, entry)
     monkeypatch.setenv(qnn.TARGET_ENV, TARGETS[0])
     cpu, htp = Decoder(out), Decoder(out, backend="htp")

@@ -94,7 +94,7 @@ def _kv_ranges(calib: cal_mod.LLMCalibration, margin: float) -> dict[str, tuple[
 
 def _source_grids(src: Path, m: Manifest, recipe: Recipe) -> dict[str, source_grid.SourceGrid]:
     """The int8 grids of the linear weights the recipe quantizes, where the GGUF source has them."""
-    if not recipe.source_grid or recipe.linear_weights != "int8" or m.source.format != "gguf":
+    if not recipe.source_grid or recipe.linear_weights not in ("int8", "int4") or m.source.format != "gguf":
         return {}
     source = Path(m.source.path)
     if not source.is_file():
@@ -104,7 +104,9 @@ def _source_grids(src: Path, m: Manifest, recipe: Recipe) -> dict[str, source_gr
     graph = src / m.graphs[0].file
     model = onnx.load(str(graph), load_external_data=False)
     names = [w for w, (role, _) in qdq.weight_roles(model).items() if role == "linear" and recipe.matching(w) is None]
-    return source_grid.source_grids(source, names, lambda w: qdq.read_initializers(graph, [w])[w])
+    grids = source_grid.source_grids(source, names, lambda w: qdq.read_initializers(graph, [w])[w])
+    bits = 4 if recipe.linear_weights == "int4" else 8
+    return {w: g for w, g in grids.items() if g.fits(bits)}  # int4: Q4_0/Q4_1/Q4_K, not Q6_K/Q8_0
 
 
 def prepare_graphs(src: Path, graphs: list[GraphSpec], work: Path,

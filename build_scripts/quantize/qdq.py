@@ -223,8 +223,9 @@ def build_plan(model: onnx.ModelProto, recipe: Recipe, kv_ranges: dict[str, tupl
             plan.weights[name] = {"role": "min term" if name in mins else role, "type": "float"}
             continue
         if name in grids:
-            plan.overrides[name] = [{"quant_type": quant_type("int8"), "symmetric": True, "axis": axis}]
-            plan.weights[name] = {"role": role, "type": "int8", "symmetric": True, "rounding": "source",
+            qtype = recipe.linear_weights  # int8, or int4 for grids whose codes fit (pipeline._source_grids)
+            plan.overrides[name] = [{"quant_type": quant_type(qtype), "symmetric": True, "axis": axis}]
+            plan.weights[name] = {"role": role, "type": qtype, "symmetric": True, "rounding": "source",
                                   "granularity": f"{grids[name].origin} block{grids[name].block}"}
             plan.blocked[name] = grids[name].block
             continue

@@ -49,6 +49,11 @@ class SourceGrid:
     mins: np.ndarray | None  # float32 [K/block, N]: added to every weight of the block
     origin: str  # "gguf Q4_1"
 
+    def fits(self, bits: int) -> bool:
+        """Whether the codes are signed `bits`-bit integers (Q4_0/Q4_1/Q4_K codes fit int4)."""
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        return bool(self.codes.min() >= lo and self.codes.max() <= hi)
+
     def dequantize(self, mins: bool = True) -> np.ndarray:
         """float32 [K, N]; `mins=False`: the codes × scales part alone (what the split MatMul holds)."""
         w = self.codes.astype(np.float32) * np.repeat(self.scales, self.block, axis=0)
