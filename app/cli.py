@@ -149,7 +149,7 @@ def compile_cmd(model_dir: Path, targets: tuple[str, ...], variant: str, part_bu
 _CPU_QUANT = ("int4", "int8")  # MatMulNBits graphs, made while building (CPU only)
 _quant_option = click.option(
     "--quant", default="none", show_default=True,
-    help="none (float; fp16 on HTP) | w8a16 | w4a16 | w4a16-mixed | a JSON recipe file: PTQ for HTP with --calib text | "
+    help="none (float; fp16 on HTP) | w8a16 | w4a16 | w4a16-mixed | w4a16-gguf | a JSON recipe file: PTQ for HTP with --calib text | "
          "int4 | int8: block-quantized graphs for the CPU backend (LLMs; GGUF blocks kept exactly).")
 _calib_options = [
     click.option("--calib", "calib", multiple=True, type=click.Path(path_type=Path),

@@ -494,10 +494,10 @@ def test_cpu_backend_runs_block_weights_at_float_precision(tmp_path, dtype):
 
 
 @pytest.mark.parametrize("recipe,dtype,lpbq", [("w8a16", TensorProto.INT8, {"enable_block_quant_weight_optimization": "1"}),
-                                               ({"base": "w4a16", "source_grid": True}, TensorProto.INT4, {})],
+                                               ("w4a16-gguf", TensorProto.INT4, {})],
                          ids=["int8", "int4"])
 def test_source_grid_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_path, monkeypatch, recipe, dtype, lpbq):
-    """A Q4_1 GGUF (SmolLM2's type) under w8a16 (or w4a16 with source_grid): every linear weight is
+    """A Q4_1 GGUF (SmolLM2's type) under w8a16 (or w4a16-gguf): every linear weight is
     int8 (int4) codes with the file's own block scales plus a float min term over the input's block
     sums, which together rebuild the float graphs' weights (dequantized by gguf); the graph compiles
     fully for HTP (int4: float block scales, not LPBQ, which would re-round them) and the simulator

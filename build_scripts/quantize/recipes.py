@@ -8,6 +8,9 @@ Built in:
          dimension: what QNN lowers to LPBQ with enable_block_quant_weight_optimization=1, so the
          block scales are made LPBQ-exact first: gptq.lpbq_scales); uint16 activations and KV
   w4a16-mixed  w4a16 with the value and down projections int8 per channel
+  w4a16-gguf   w4a16 on a GGUF source's own 4-bit blocks (Q4_0/Q4_1/Q4_K codes as int4 with the
+         file's float block scales, bit-exact; other weights as w4a16): compiled with float block
+         scales, not LPBQ, which would re-round them
 All keep the residual stream (the residual adds and the norms reading it) in float, fp16 on HTP
 (FLOAT_RESIDUAL), and the linear layers whose outputs reach ±256 (FLOAT_RANGE).
 All keep the token-embedding table and the LM head at 16 bits, per tensor (symmetric int16):
@@ -130,6 +133,14 @@ RECIPES: dict[str, Recipe] = {
                           overrides={"layers.*.v.weight_t": {"quant_type": "int8"},
                                      "layers.*.down.weight_t": {"quant_type": "int8"}},
                           description="w4a16 with the value and down projections int8 per channel"),
+    # int4 linear weights on the GGUF's own 4-bit blocks: the same weights as w8a16's source grid in
+    # half the bits, so on SmolLM2-135M (Q4_1) the same 99.0% greedy agreement (w4a16: 75.6%) for
+    # 161 MB (w4a16: 142 MB; the float block scales and mins cost 2 bits per weight). HTP runs float
+    # block scales instead of LPBQ's 4-bit ones (slower: docs/benchmarks.md)
+    "w4a16-gguf": Recipe("w4a16-gguf", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
+                         float_range=FLOAT_RANGE, source_grid=True,
+                         description="int4 linear weights on the GGUF's own 4-bit blocks exactly (float block "
+                                     "scales on HTP), else as w4a16"),
 }
 
 
