@@ -93,7 +93,7 @@ def _kv_ranges(calib: cal_mod.LLMCalibration, margin: float) -> dict[str, tuple[
 
 
 def _source_grids(src: Path, m: Manifest, recipe: Recipe) -> dict[str, source_grid.SourceGrid]:
-    """The int8 grids of the linear weights the recipe quantizes, where the GGUF source has them."""
+    """The int8 (int4) grids of the linear weights the recipe quantizes, where the GGUF source has them."""
     if not recipe.source_grid or recipe.linear_weights not in ("int8", "int4") or m.source.format != "gguf":
         return {}
     source = Path(m.source.path)

@@ -1,4 +1,5 @@
-"""Int8 linear weights on the grid the GGUF file already has (w8a16's `source_grid`).
+"""Int8 (or int4) linear weights on the grid the GGUF file already has (`source_grid`: w8a16,
+w4a16-gguf, where Q4_0/Q4_1/Q4_K codes fit int4).
 
 A GGUF block is integer codes times one scale per block, plus, for Q4_1 and Q4_K, one min per
 block (graph/blocks.py):
