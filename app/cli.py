@@ -180,7 +180,9 @@ def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samp
     requested = resolve_recipe(quant)
     recipe = for_targets(requested, [resolve_target(t).htp_arch for t in _target_names(targets)])
     if recipe is not requested:
-        blocks = " and the linear weights per channel (v68 takes no int8 block weights)" if requested.source_grid else ""
+        blocks = ("" if not requested.source_grid else
+                  " and the linear weights per channel (v68 takes no int8 block weights)" if requested.linear_weights == "int8"
+                  else " and the linear weights on w4a16's blocks, not the GGUF's own (not measured on v68)")
         click.echo(f"v68 target: the LM head is quantized int8 per channel (v68 has no 16-bit Gemm weights){blocks}",
                    err=True)
     float_dir = out.parent / f".{out.name}.float"

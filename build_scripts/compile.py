@@ -468,16 +468,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     versions = qnn_versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
-    weights = (manifest.quantization or {}).get("weights") or {}
-    int4 = [t for w, t in weights.get("tensors", {}).items() if w in weights.get("blocked", {}) and t.get("type") == "int4"]
-    exact4 = any(t.get("rounding") == "source" for t in int4)
-    if weights.get("blocked") and not exact4 and (shared or not int4):
-        # block-wise int4/int8 weights: lower them to LPBQ (int4 scales are LPBQ-exact: gptq.block_scales);
-        # without this QNN keeps float block scales, 2.3x slower in simulation (qnn-notes.md). Not for a
-        # GGUF's own int4 blocks (source_grid): LPBQ would re-round their scales and the weights with them.
-        # Not for int4 in the simulator's builds: it segfaults on int4 LPBQ MatMuls with an input
-        # dimension of 448-576 or 896 (SmolLM2's 576; docs/benchmarks.md), and float scales hold the
-        # LPBQ-exact ones as they are
+    if _lpbq(manifest.quantization, shared):
         kwargs["provider_options"] = {"enable_block_quant_weight_optimization": "1", **(kwargs.get("provider_options") or {})}
     builds = []
     try:
@@ -526,6 +517,19 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     return {"backend": "htp", "precision": "fp16" if fp16 else "fp32",
             "weights_bytes": (model_dir / manifest.weights_file).stat().st_size, "versions": versions,
             "builds": merged}
+
+
+def _lpbq(quantization: dict | None, shared: bool) -> bool:
+    """Whether to lower block-wise weights to LPBQ (int4 scales are LPBQ-exact: gptq.block_scales);
+    without it QNN keeps float block scales, 2.3x slower in simulation (qnn-notes.md). Not for a
+    GGUF's own int4 blocks (source_grid): LPBQ would re-round their scales and the weights with
+    them. Not for int4 in the simulator's builds: it segfaults on int4 LPBQ MatMuls with an input
+    dimension of 448-576 or 896 (SmolLM2's 576; docs/benchmarks.md), and float scales hold the
+    LPBQ-exact ones as they are."""
+    weights = (quantization or {}).get("weights") or {}
+    blocked = weights.get("blocked") or {}
+    int4 = [t for w, t in weights.get("tensors", {}).items() if w in blocked and t.get("type") == "int4"]
+    return bool(blocked) and not any(t.get("rounding") == "source" for t in int4) and (shared or not int4)
 
 
 def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tuple[int, int]]:

@@ -148,8 +148,10 @@ def for_targets(recipe: Recipe, htp_archs) -> Recipe:
     """The recipe adjusted to the HTP generations it will be compiled for. v68 (SA8295P, SM8350)
     refuses a 16-bit Gemm weight, so there the LM head goes int8 per output channel (measured on
     SmolLM2: 4.5% of greedy tokens flip against the int16 head; see the module docstring), and the
-    linear weights per channel: v68 takes int4 block weights (w4a16 compiles fully for SA8295P)
-    but not a source grid's int8 blocks ("Failed to add BQ MatMul node" for every linear weight)."""
+    linear weights off the source grid: v68 takes int4 block weights (w4a16 compiles fully for
+    SA8295P) but not a source grid's int8 blocks ("Failed to add BQ MatMul node" for every linear
+    weight), so w8a16 goes per channel; w4a16-gguf becomes w4a16 (its float-scale int4 blocks are
+    not measured on v68)."""
     if (recipe.lm_head == "int16" or recipe.source_grid) and any(arch < 69 for arch in htp_archs):
         return dataclasses.replace(recipe, name=f"{recipe.name}+v68", lm_head="int8", lm_head_per_channel=True,
                                    source_grid=False)
