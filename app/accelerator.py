@@ -11,11 +11,16 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from app.errors import overloaded
-from runtime.llm import Delta, Generation, GenerationResult
+
+class _Finished:
+    """Queue marker: the worker is done and this is the generation's result."""
+
+    def __init__(self, result):
+        self.result = result
 
 
 class Reservation:
@@ -69,9 +74,8 @@ class Accelerator:
         self._avg_s = 0.8 * self._avg_s + 0.2 * held_s
         self._lock.release()
 
-    async def stream(self, start: Callable[[threading.Event], Generation], timeout_s: float,
-                     ) -> AsyncIterator[Delta | GenerationResult]:
-        """Run a generation on the worker; yields its deltas, then its result. Cancels on exit."""
+    async def stream(self, start: Callable[[threading.Event], Iterable], timeout_s: float) -> AsyncIterator:
+        """Run a generation on the worker; yields its items, then its `result`. Cancels on exit."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         cancel = threading.Event()
@@ -81,7 +85,7 @@ class Accelerator:
                 gen = start(cancel)
                 for delta in gen:
                     loop.call_soon_threadsafe(queue.put_nowait, delta)
-                loop.call_soon_threadsafe(queue.put_nowait, gen.result)
+                loop.call_soon_threadsafe(queue.put_nowait, _Finished(gen.result))
             except BaseException as e:  # surfaced on the event loop side
                 loop.call_soon_threadsafe(queue.put_nowait, e)
 
@@ -92,9 +96,10 @@ class Accelerator:
                 item = await queue.get()
                 if isinstance(item, BaseException):
                     raise item
-                yield item
-                if isinstance(item, GenerationResult):
+                if isinstance(item, _Finished):
+                    yield item.result
                     return
+                yield item
         finally:
             timer.cancel()
             cancel.set()  # client gone or done: the worker stops within one step

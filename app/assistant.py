@@ -1,4 +1,4 @@
-"""The assistant without a server: the same RAG pipeline the chat API uses, for `hexrag ask` / `chat`."""
+"""The assistant without a server: the same grounded answer pipeline the chat API uses, for `hexrag ask` / `chat`."""
 
 from __future__ import annotations
 
@@ -6,22 +6,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.rag import prepare_chat
+from app.answer.pipeline import AnswerResult, GroundedGeneration, plan_answer
 from app.schemas import ChatRequest, Citation
 from app.settings import Settings
-from app.voice import SentenceChunker, speakable
 from runtime.llm import LLM
 from runtime.sampling import SamplingParams
 
 
 @dataclass
-class Answer:
-    text: str = ""
+class Answer(AnswerResult):
+    """An answer with the passages it drew on."""
+
     citations: list[Citation] = field(default_factory=list)
-    finish_reason: str = "stop"
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    ttft_s: float = 0.0
+
+    @property
+    def ttft_s(self) -> float:
+        return self.timings.get("first_sentence_ms", 0.0) / 1000
 
 
 class Assistant:
@@ -42,32 +42,14 @@ class Assistant:
         s = self.settings
         messages = [*self.history, {"role": "user", "content": question}]
         req = ChatRequest(messages=messages, voice=voice, rag=self.kb is not None)
-        search = self.kb.search if self.kb is not None and self.kb.stats()["chunks"] else None
-        prepared = prepare_chat(req, self.llm, search, s.default_max_tokens, s.rag_k, s.rag_min_score)
-        answer = Answer(citations=prepared.citations, prompt_tokens=len(prepared.prompt_ids))
-        if prepared.canned_answer is not None:
-            answer.text = prepared.canned_answer
-            yield answer.text
-        else:
-            gen = self.llm.generate(prepared.prompt_ids, max_new_tokens=prepared.max_tokens,
-                                    sampling=SamplingParams(repetition_penalty=s.default_repetition_penalty))
-            chunker = SentenceChunker() if voice else None
-            parts = []
-            for delta in gen:
-                for piece in ([delta.text] if chunker is None else map(speakable, chunker.push(delta.text))):
-                    parts.append(piece)
-                    yield piece
-            for piece in map(speakable, chunker.flush()) if chunker else []:
-                parts.append(piece)
-                yield piece
-            r = gen.result
-            answer.text = (" " if voice else "").join(parts)
-            answer.finish_reason, answer.completion_tokens, answer.ttft_s = (r.finish_reason, r.completion_tokens,
-                                                                             r.ttft_s)
+        kb = self.kb if self.kb is not None and self.kb.stats()["chunks"] else None
+        plan = plan_answer(req, self.llm, kb, s.default_max_tokens, s.rag_k, s.rag_min_score)
+        gen = GroundedGeneration(self.llm, plan, SamplingParams(repetition_penalty=s.default_repetition_penalty))
+        yield from gen
+        answer = Answer(**vars(gen.result), citations=plan.citations)
         if keep_history:
             self.history += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.text}]
         return answer
-
 
     def answer(self, question: str, voice: bool = False) -> Answer:
         """The whole answer at once."""
@@ -80,4 +62,4 @@ class Assistant:
 
 
 def citation_lines(citations: list[Citation]) -> list[str]:
-    return [f"[{c.index}] {Path(c.source).name}" + (f" › {c.heading}" if c.heading else "") for c in citations]
+    return [f"[{c.index}] {Path(c.source).name}" + (f" › {c.title}" if c.title else "") for c in citations]

@@ -168,5 +168,36 @@ def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: floa
     click.echo(f"all {len(checks)} metrics within tolerance of {baseline}", err=True)
 
 
+@eval_group.command("answers")
+@click.option("--questions", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Question file (JSONL: question, lang, answerable, expected, facts, wrong); default: the "
+                   "sample KB's knowledge/samples/answer_questions.jsonl.")
+@click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
+@click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]")
+@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]")
+@click.option("--voice", is_flag=True, help="Grade the voice-mode answers.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Also write the JSON result here.")
+@_json
+@_friendly
+def eval_answers(questions, llm, embedder, kb, backend, voice, out, as_json) -> None:
+    """Strict answer grading: correct / partial / wrong, unsupported facts, refusals, per language."""
+    from app.assistant import Assistant
+    from app.bench.answers import evaluate_answers, format_summary, load_answer_questions
+    from app.quickstart import SAMPLES
+    from app.settings import Settings
+
+    items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")
+    given = {"llm": llm, "embedder": embedder, "kb": kb, "backend": backend}
+    assistant = Assistant(Settings(**{k: v for k, v in given.items() if v is not None}))
+    result = evaluate_answers(assistant, items, voice=voice, progress=not as_json)
+    if out:
+        out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
+    if as_json:
+        _echo_json(result)
+    else:
+        click.echo(format_summary(result))
+
+
 eval_group.add_command(eval_retrieval)
 BENCH_COMMANDS = [bench, eval_group]

@@ -41,7 +41,7 @@ def stream_answer(assistant, question, voice=False, keep_history=False):
             piece = next(gen)
         except StopIteration as done:
             return done.value
-        click.echo(piece + (" " if voice else ""), nl=False)
+        click.echo(piece, nl=False)
 
 
 @click.command()
@@ -57,8 +57,10 @@ def ask(question, llm, embedder, kb, backend, no_rag, voice, as_json) -> None:
     if as_json:
         answer = assistant.answer(question, voice=voice)
         click.echo(json.dumps({"answer": answer.text, "citations": [c.model_dump() for c in answer.citations],
+                               "grounding": answer.grounding.model_dump() if answer.grounding else None,
                                "finish_reason": answer.finish_reason, "prompt_tokens": answer.prompt_tokens,
-                               "completion_tokens": answer.completion_tokens}, ensure_ascii=False))
+                               "completion_tokens": answer.completion_tokens, "timings": answer.timings},
+                              ensure_ascii=False))
         return
     answer = stream_answer(assistant, question, voice)
     click.echo()

@@ -1,59 +1,69 @@
-"""Voice mode: answers shaped for text-to-speech, streamed a sentence at a time."""
+"""Voice mode: answers shaped for text-to-speech, in the language they are spoken in.
+
+A sentence is made speakable after it has been verified (app/answer), so the spoken text states the
+same facts as the written one: markdown, citation markers and preambles go, units are spelled out,
+phone numbers are read as digit groups (never "800 to 555"), and Chinese sentences get Chinese unit
+names ("240 千帕", "百分之 80"), not English ones.
+"""
 
 from __future__ import annotations
 
 import re
 
 VOICE_INSTRUCTIONS = (
-    "You are the voice assistant of a car. The driver hears your answer through the speakers, so answer in "
-    "one to three short spoken sentences. No lists, no headings, no markdown, no emojis."
+    "The driver hears your answer through the car's speakers, so answer in one or two short spoken sentences. "
+    "No lists, no headings, no markdown, no emojis."
 )
+VOICE_MAX_TOKENS = 96  # a spoken answer of a few sentences; small models ignore "be brief" otherwise
 
 # unit spellings a text-to-speech engine reads correctly; longest first so "kWh" wins over "kW"
-_UNITS = [
+_UNITS_EN = [
     ("km/h", "kilometres per hour"), ("kWh", "kilowatt hours"), ("kW", "kilowatts"), ("kPa", "kilopascals"),
     ("psi", "P S I"), ("km", "kilometres"), ("mm", "millimetres"), ("cm", "centimetres"), ("kg", "kilograms"),
     ("°C", "degrees Celsius"), ("°F", "degrees Fahrenheit"), ("%", " percent"), ("V", "volts"), ("A", "amps"),
     ("h", "hours"), ("min", "minutes"), ("m", "metres"),
 ]
-_UNIT_RE = re.compile(r"(\d)\s*(" + "|".join(re.escape(u) for u, _ in _UNITS) + r")(?![A-Za-z])")
-_UNIT_WORDS = dict(_UNITS)
-_RANGE_RE = re.compile(r"(\d)\s*[–—-]\s*(\d)")  # 10–80 -> 10 to 80
+_UNITS_ZH = [
+    ("km/h", "公里每小时"), ("kWh", "千瓦时"), ("kW", "千瓦"), ("kPa", "千帕"), ("psi", "磅每平方英寸"), ("km", "公里"),
+    ("mm", "毫米"), ("cm", "厘米"), ("kg", "公斤"), ("°C", "摄氏度"), ("V", "伏"), ("A", "安"), ("h", "小时"),
+    ("min", "分钟"), ("m", "米"),
+]
+
+
+def _unit_re(units: list[tuple[str, str]]) -> re.Pattern:
+    return re.compile(r"(\d)\s*(" + "|".join(re.escape(u) for u, _ in units) + r")(?![A-Za-z])")
+
+
+_UNIT_RE = {"en": (_unit_re(_UNITS_EN), dict(_UNITS_EN)), "zh": (_unit_re(_UNITS_ZH), dict(_UNITS_ZH))}
+_PHONE = re.compile(r"(?<![\d-])\+?\d{2,4}(?:-\d{2,4}){2,4}(?![\d-])")
+_RANGE_RE = re.compile(r"(\d)\s*[–—-]\s*(\d)")  # 10–80 -> 10 to 80 (phone numbers are grouped first)
+_PERCENT_ZH = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+_CITED = re.compile(r"\s*\b(?:according to|as (?:stated|mentioned|described) in|as per|see|based on)\s+"
+                    r"(?:\[\d+\]|passages?\s*\d+)\s*,?\s*|\s*\((?:see\s+)?\[\d+\]\)|\s*\[\d+\]|"
+                    r"\s*\b(?:in\s+)?passages?\s+\d+\s*,?", re.I)
+_PREAMBLE = re.compile(r"^\s*(?:the answer is|answer|here is the answer|sure|答案是|答)\s*[:：,，]\s*", re.I)
 _MARKDOWN = [
     (re.compile(r"^\s{0,3}#{1,6}\s*(.*?)\s*$", re.M), r"\1."),  # a heading becomes a short sentence
     (re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M), ""),  # list markers
     (re.compile(r"(\*\*|__|\*|_|`)(.+?)\1"), r"\2"),  # emphasis / code
-    (re.compile(r"\[(\d+)\]"), ""),  # citation markers are shown on screen, not read aloud
     (re.compile(r"\s*\n+\s*"), " "),
 ]
-VOICE_MAX_TOKENS = 96  # a spoken answer of a few sentences; small models ignore "be brief" otherwise
-_LIST_MARKER = re.compile(r"^\s*\d+[.)]$")  # "1." is a list marker, not a sentence
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])[\"')\]]*\s+|(?<=[。！？])")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def speakable(text: str) -> str:
-    """Strip markdown and spell units so the sentence reads naturally aloud."""
+    """Strip markdown, citations and preambles; spell units and group phone digits for reading aloud."""
+    lang = "zh" if _CJK.search(text) else "en"
     for pattern, repl in _MARKDOWN:
         text = pattern.sub(repl, text)
-    text = _RANGE_RE.sub(r"\1 to \2", text)
-    text = _UNIT_RE.sub(lambda m: f"{m.group(1)} {_UNIT_WORDS[m.group(2)].strip()}", text)
-    text = re.sub(r"\s+([.,;:!?])", r"\1", text)
-    return re.sub(r"\s{2,}", " ", text).strip()
-
-
-class SentenceChunker:
-    """Buffers streamed text and releases whole sentences (for sentence-by-sentence TTS)."""
-
-    def __init__(self):
-        self._buf = ""
-
-    def push(self, text: str) -> list[str]:
-        self._buf += text
-        parts = _SENTENCE_END.split(self._buf)
-        self._buf = parts.pop()
-        # list markers ("1.") end like sentences; a spoken answer drops the numbering
-        return [p for p in parts if p.strip() and not _LIST_MARKER.match(p)]
-
-    def flush(self) -> list[str]:
-        rest, self._buf = self._buf, ""
-        return [rest] if rest.strip() else []
+    text = _PREAMBLE.sub("", _CITED.sub(" ", text))
+    text = _PHONE.sub(lambda m: m.group(0).replace("-", " "), text)
+    text = _RANGE_RE.sub(r"\1 到 \2" if lang == "zh" else r"\1 to \2", text)
+    if lang == "zh":
+        text = _PERCENT_ZH.sub(r"百分之\1", text)
+    pattern, words = _UNIT_RE[lang]
+    text = pattern.sub(lambda m: f"{m.group(1)} {words[m.group(2)].strip()}", text)
+    text = re.sub(r"\s+([.,;:!?，。；：！？])", r"\1", text)
+    text = re.sub(r"^[\s,;:，；：]+", "", text)
+    text = re.sub(r"\s{2,}", " ", text).strip()
+    return text[:1].upper() + text[1:] if lang == "en" else text

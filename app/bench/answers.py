@@ -1,46 +1,173 @@
-"""Answer quality on the sample in-car KB: does the answer state the fact, and cite the entry it is in?
+"""`hexrag eval answers`: strict answer grading on any KB, through the same Assistant `hexrag ask` uses.
 
-answer_questions.jsonl: {"question", "expected": [FAQ ids], "facts": [strings, any one counts]}.
-Per question, through the same Assistant `hexrag ask` uses:
-  fact       the answer contains one of the facts (case and spacing ignored)
-  retrieved  a passage given to the model came from an expected entry
-  cited      the answer's text cites ([n]) a passage from an expected entry
+Question file (JSONL): {"question", "lang", "answerable", "expected": [entry ids or "file#A > B"],
+"facts": [[spellings of fact 1], [spellings of fact 2], ...], "wrong": [known false answers]}.
+
+Strict, per answer:
+  correct   every fact is stated (one of its spellings appears in the answer) and nothing false is
+  partial   some facts stated, nothing false
+  wrong     no fact stated, or something false: a "wrong" string, or a hard fact (number, phone
+            number, code, menu item) that the expected entries do not state. An answer to an
+            unanswerable question is wrong, and every hard fact in it counts as unsupported.
+  refused   the answer says "I don't know" (the grounding decision); right only when unanswerable
+
+The unsupported-fact check reads the *expected* entries from the KB, not the passages the answer
+used, so an answer built from the wrong passage fails it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import statistics
+import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-QUESTIONS = Path(__file__).with_name("answer_questions.jsonl")
+from app.answer.facts import FactIndex, extract_facts
+from app.bench.errors import BenchError
+
+
+@dataclass
+class AnswerQuestion:
+    question: str
+    lang: str
+    answerable: bool
+    expected: list[str]
+    facts: list[list[str]]
+    wrong: list[str]
+
+
+def load_answer_questions(path: Path) -> list[AnswerQuestion]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise BenchError(f"cannot read {path}: {e.strerror}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            facts = [[f] if isinstance(f, str) else list(f) for f in obj.get("facts", [])]
+            answerable = bool(obj.get("answerable", bool(obj.get("expected"))))
+            out.append(AnswerQuestion(obj["question"], obj.get("lang", "en"), answerable,
+                                      list(obj.get("expected") or []), facts, list(obj.get("wrong", []))))
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise BenchError(f"{path}:{n}: not a question line ({type(e).__name__}: {e})") from None
+        if out[-1].answerable and (not out[-1].facts or not out[-1].expected):
+            raise BenchError(f"{path}:{n}: an answerable question needs 'facts' and 'expected'")
+    if not out:
+        raise BenchError(f"{path} has no questions")
+    return out
 
 
 def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().lower()
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
 
 
-def load_answer_questions(path: Path = QUESTIONS) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _stated(answer: str, spellings: list[str]) -> bool:
+    text = _norm(answer)
+    return any(_norm(s) in text for s in spellings)
 
 
-def grade(answer, q: dict) -> dict:
-    text = _norm(answer.text)
-    right = {c.index for c in answer.citations if c.entry_id in q["expected"]}
-    cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer.text)}
-    return {"question": q["question"], "answer": answer.text, "fact": any(_norm(f) in text for f in q["facts"]),
-            "retrieved": bool(right), "cited": bool(right & cited)}
+def grade(q: AnswerQuestion, text: str, refused: bool, reference: list[str]) -> dict:
+    row = {"question": q.question, "lang": q.lang, "answerable": q.answerable, "answer": text, "refused": refused}
+    if refused:
+        return {**row, "grade": "refused", "unsupported": []}
+    if not q.answerable:
+        return {**row, "grade": "wrong", "unsupported": [f.text for f in extract_facts(text)]}
+    index = FactIndex.of([*reference, q.question])
+    unsupported = [f.text for f in extract_facts(text) if not index.supports(f)]
+    false = unsupported or [w for w in q.wrong if _norm(w) in _norm(text)]
+    stated = sum(_stated(text, spellings) for spellings in q.facts)
+    grade_ = "wrong" if false or not stated else "correct" if stated == len(q.facts) else "partial"
+    return {**row, "grade": grade_, "unsupported": unsupported, "false": false,
+            "facts_stated": f"{stated}/{len(q.facts)}"}
 
 
-def answer_quality(assistant, questions: list[dict] | None = None, progress: bool = True) -> dict:
-    questions = questions or load_answer_questions()
-    rows = []
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    answerable = [r for r in rows if r["answerable"]]
+    unanswerable = [r for r in rows if not r["answerable"]]
+    refused = [r for r in rows if r["refused"]]
+    out = {
+        "questions": len(rows),
+        "answerable": len(answerable),
+        "unanswerable": len(unanswerable),
+        "correct": _rate(sum(r["grade"] == "correct" for r in answerable), len(answerable)),
+        "partial": _rate(sum(r["grade"] == "partial" for r in answerable), len(answerable)),
+        "wrong": _rate(sum(r["grade"] == "wrong" for r in answerable), len(answerable)),
+        "refused_answerable": _rate(sum(r["refused"] for r in answerable), len(answerable)),
+        # over every answer given (refusals state nothing)
+        "unsupported_fact_rate": _rate(sum(bool(r["unsupported"]) for r in rows), len(rows)),
+        "refusal_precision": _rate(sum(not r["answerable"] for r in refused), len(refused)),
+        "refusal_recall": _rate(sum(r["refused"] for r in unanswerable), len(unanswerable)),
+        "by_language": {},
+    }
+    for lang in sorted({r["lang"] for r in rows}):
+        mine = [r for r in answerable if r["lang"] == lang]
+        out["by_language"][lang] = {"answerable": len(mine),
+                                    "correct": _rate(sum(r["grade"] == "correct" for r in mine), len(mine))}
+    times = [r["first_sentence_ms"] for r in rows if r.get("first_sentence_ms") is not None]
+    if times:
+        out["first_sentence_ms"] = {"median": round(statistics.median(times), 1), "max": round(max(times), 1)}
+    return out
+
+
+def _chunks(kb) -> list:
+    from knowledge.retrieval import Hit
+
+    records = kb.store.chunks(kb.store.chunk_ids().tolist())
+    return [Hit(r.id, r.text, r.source, r.name, r.heading, r.entry_id, 0.0) for r in records.values()]
+
+
+def reference_texts(chunks: list, expected: list[str]) -> list[str]:
+    """The texts of the KB chunks an expected reference names (entry id or "file#heading")."""
+    from knowledge.evaluation import matches
+
+    return [h.text for h in chunks if any(matches(h, e) for e in expected)]
+
+
+def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = False,
+                     progress: bool = True) -> dict:
+    if assistant.kb is None:
+        raise BenchError("the answer eval needs a knowledge base")
+    rows, chunks = [], _chunks(assistant.kb)
     for q in tqdm(questions, desc="answers", unit="question", disable=not progress, leave=False):
-        assistant.llm.decoder.reset()
-        rows.append(grade(assistant.answer(q["question"]), q))
-    n = len(rows)
-    return {"questions": n, "fact_rate": round(sum(r["fact"] for r in rows) / n, 4),
-            "retrieved_rate": round(sum(r["retrieved"] for r in rows) / n, 4),
-            "cited_rate": round(sum(r["cited"] for r in rows) / n, 4), "rows": rows}
+        reference = reference_texts(chunks, q.expected) if q.expected else []
+        if q.answerable and not reference:
+            raise BenchError(f"no chunk of the KB matches {q.expected} (question {q.question!r})")
+        assistant.llm.decoder.reset()  # every question from a cold cache, as a new conversation
+        answer = assistant.answer(q.question, voice=voice)
+        refused = answer.grounding is not None and answer.grounding.decision == "refused"
+        row = grade(q, answer.text, refused, reference)
+        row["decision"] = answer.grounding.decision if answer.grounding else None
+        row["first_sentence_ms"] = answer.timings.get("first_sentence_ms")
+        rows.append(row)
+    failing = [r for r in rows if r["grade"] not in ("correct",) and not (r["refused"] and not r["answerable"])]
+    return {**summarize(rows), "failing": failing, "rows": rows}
+
+
+def format_summary(result: dict) -> str:
+    s = result
+    lines = [f"{s['questions']} questions ({s['answerable']} answerable, {s['unanswerable']} not in the KB)",
+             f"correct {s['correct']}  partial {s['partial']}  wrong {s['wrong']}  refused {s['refused_answerable']}"
+             "  (of answerable)",
+             f"answers with an unsupported fact {s['unsupported_fact_rate']}",
+             f"refusals: precision {s['refusal_precision']}  recall {s['refusal_recall']}"]
+    for lang, v in s["by_language"].items():
+        lines.append(f"  {lang}: correct {v['correct']} of {v['answerable']}")
+    if "first_sentence_ms" in s:
+        lines.append(f"first sentence: median {s['first_sentence_ms']['median']} ms, max {s['first_sentence_ms']['max']} ms")
+    if s["failing"]:
+        lines.append("not fully correct:")
+        for r in s["failing"]:
+            extra = f" unsupported={r['unsupported']}" if r["unsupported"] else ""
+            lines.append(f"  [{r['grade']}] {r['question']} -> {r['answer'][:160]!r}{extra}")
+    return "\n".join(lines)

@@ -35,9 +35,8 @@ def gate_metrics(report: dict) -> dict[str, float]:
     if "greedy_agreement" in llm:
         for key in ("greedy_agreement", "logits_cosine", "perplexity_change"):
             gate[f"llm.{key}"] = llm[key]
-    if "fact_rate" in report["answers"]:
-        gate["answers.fact_rate"] = report["answers"]["fact_rate"]
-        gate["answers.cited_rate"] = report["answers"]["cited_rate"]
+    if "correct" in report["answers"]:
+        gate["answers.correct"] = report["answers"]["correct"]
     if "decode_ratio" in report["speed"]:
         gate["speed.decode_ratio"] = report["speed"]["decode_ratio"]
     return gate

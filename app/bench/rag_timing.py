@@ -30,6 +30,19 @@ class _Embedded:
         return getattr(self._embedder, name)
 
 
+class _Searched:
+    """The KB with this question's hits already found, so the prompt stage times prompt building alone."""
+
+    def __init__(self, kb, hits):
+        self._kb, self._hits = kb, hits
+
+    def search(self, *args, **kwargs):
+        return self._hits
+
+    def __getattr__(self, name: str):
+        return getattr(self._kb, name)
+
+
 def _timed(fn):
     start = time.perf_counter()
     value = fn()
@@ -37,7 +50,7 @@ def _timed(fn):
 
 
 def rag_ttft(assistant, question: str = TYPICAL_QUESTION, repeats: int = 3) -> dict:
-    from app.rag import prepare_chat
+    from app.answer.pipeline import plan_answer
     from app.schemas import ChatRequest
 
     s, kb, llm = assistant.settings, assistant.kb, assistant.llm
@@ -52,9 +65,9 @@ def rag_ttft(assistant, question: str = TYPICAL_QUESTION, repeats: int = 3) -> d
             hits, search_ms = _timed(lambda: kb.search(question, k=s.rag_k, min_score=s.rag_min_score))
         finally:
             kb.embedder = embedder
-        prepared, prompt_ms = _timed(lambda: prepare_chat(req, llm, lambda *a, **k: hits, s.default_max_tokens,
-                                                          s.rag_k, s.rag_min_score))
-        if prepared.canned_answer is not None:  # nothing relevant found: no LLM call to time
+        prepared, prompt_ms = _timed(lambda: plan_answer(req, llm, _Searched(kb, hits), s.default_max_tokens,
+                                                         s.rag_k, s.rag_min_score))
+        if prepared.refusal is not None:  # nothing relevant found: no LLM call to time
             prefill_ms = 0.0
         else:
             llm.decoder.reset()  # cold cache: a new question after another conversation
@@ -63,7 +76,7 @@ def rag_ttft(assistant, question: str = TYPICAL_QUESTION, repeats: int = 3) -> d
         stages["search_ms"].append(search_ms)
         stages["prompt_ms"].append(prompt_ms)
         stages["prefill_ms"].append(prefill_ms)
-        prompt_tokens, passages = len(prepared.prompt_ids), len(prepared.citations)
+        prompt_tokens, passages = len(prepared.prompt_ids), len(prepared.passages)
     out = {k: round(statistics.median(v), 1) for k, v in stages.items()}
     out["total_ms"] = round(sum(out.values()), 1)
     return {"question": question, "prompt_tokens": prompt_tokens, "passages": passages, "repeats": repeats, **out}

@@ -99,7 +99,8 @@ def run_report(quick: bool, llm: Path | None = None, embedder: Path | None = Non
                quantized_llm: Path | None = None, quantized_embedder: Path | None = None,
                progress: bool = True) -> dict:
     from app.assistant import Assistant
-    from app.bench.answers import answer_quality
+    from app.bench.answers import evaluate_answers, load_answer_questions
+    from app.quickstart import SAMPLES
     from app.bench.overhead import speed_ratios
     from app.bench.rag_timing import rag_ttft
     from app.settings import Settings
@@ -143,7 +144,8 @@ def run_report(quick: bool, llm: Path | None = None, embedder: Path | None = Non
                 report["answers"] = {"skipped": "full mode only (random-weight models state no facts)"}
             else:
                 log.info("eval: answer quality")
-                report["answers"] = answer_quality(assistant, progress=progress)
+                report["answers"] = evaluate_answers(assistant, load_answer_questions(SAMPLES / "answer_questions.jsonl"),
+                                                     progress=progress)
         finally:
             assistant.kb.close()
         del assistant

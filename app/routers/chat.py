@@ -13,13 +13,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from app.accelerator import Reservation
+from app.answer.pipeline import AnswerPlan, AnswerResult, GroundedGeneration, plan_answer
 from app.deps import Ready, check_api_key
 from app.errors import APIError
-from app.rag import PreparedChat, prepare_chat
 from app.schemas import ChatRequest
 from app.state import AppState
-from app.voice import SentenceChunker, speakable
-from runtime.llm import Delta, GenerationResult
 from runtime.sampling import SamplingParams
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
@@ -36,43 +34,47 @@ def _sampling(req: ChatRequest, default_penalty: float) -> SamplingParams:
         raise APIError(400, str(e), "invalid_request") from None
 
 
-def _search(state: AppState):
+def _kb(state: AppState):
     kb = state.kb
     if kb is None or kb.stats().get("chunks", 0) == 0:
         return None  # no knowledge: a plain chat
-
-    return kb.search
+    return kb
 
 
 class _Completion:
     """Ids and the chunk/response shapes of one completion."""
 
-    def __init__(self, model: str, prepared: PreparedChat):
+    def __init__(self, model: str, plan: AnswerPlan):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model = model
-        self.prepared = prepared
-        self.citations = [c.model_dump() for c in prepared.citations]
+        self.plan = plan
+        self.citations = [c.model_dump() for c in plan.citations]
 
-    def usage(self, completion_tokens: int) -> dict:
-        prompt = len(self.prepared.prompt_ids)
-        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-                "total_tokens": prompt + completion_tokens}
+    def usage(self, result: AnswerResult) -> dict:
+        prompt = result.prompt_tokens
+        # `timings` (ms per stage: retrieval, plan, prefill, first token, first sentence) is hexrag's extension
+        return {"prompt_tokens": prompt, "completion_tokens": result.completion_tokens,
+                "total_tokens": prompt + result.completion_tokens, "timings": result.timings}
 
-    def response(self, text: str, finish: str, completion_tokens: int) -> dict:
+    @staticmethod
+    def grounding(result: AnswerResult) -> dict | None:
+        return result.grounding.model_dump() if result.grounding else None
+
+    def response(self, result: AnswerResult) -> dict:
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": finish, "logprobs": None}],
-                "usage": self.usage(completion_tokens), "citations": self.citations}
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
+                             "finish_reason": _FINISH[result.finish_reason], "logprobs": None}],
+                "usage": self.usage(result), "citations": self.citations, "grounding": self.grounding(result)}
 
     def chunk(self, delta: dict, finish: str | None = None, **extra) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra}
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-    def usage_chunk(self, completion_tokens: int) -> str:
+    def usage_chunk(self, result: AnswerResult) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [], "usage": self.usage(completion_tokens)}
+                "choices": [], "usage": self.usage(result)}
         return f"data: {json.dumps(body)}\n\n"
 
 
@@ -84,72 +86,58 @@ async def chat_completions(req: ChatRequest, state: Ready):
     req.voice = req.voice or req.model == VOICE_MODEL
     s = state.settings
     sampling = _sampling(req, s.default_repetition_penalty)
-    prepared = await run_in_threadpool(prepare_chat, req, state.llm, _search(state) if req.rag else None,
-                                       s.default_max_tokens, s.rag_k, s.rag_min_score)
-    completion = _Completion(req.model, prepared)
-    if prepared.canned_answer is not None:
-        return _canned(completion, prepared.canned_answer, req.stream)
-
+    plan = await run_in_threadpool(plan_answer, req, state.llm, _kb(state) if req.rag else None,
+                                   s.default_max_tokens, s.rag_k, s.rag_min_score)
+    completion = _Completion(req.model, plan)
+    if plan.refusal is not None:  # "I don't know" needs no model: never queue it behind a generation
+        gen = GroundedGeneration(state.llm, plan, sampling)
+        pieces = list(gen)
+        if req.stream:
+            return StreamingResponse(_sse(completion, _replay([*pieces, gen.result]), None, False),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return JSONResponse(completion.response(gen.result))
     reservation = await state.accelerator.acquire()
 
     def start(cancel):
-        return state.llm.generate(prepared.prompt_ids, max_new_tokens=prepared.max_tokens, sampling=sampling,
-                                  stop=req.stop, cancel=cancel)
+        return GroundedGeneration(state.llm, plan, sampling, stop=req.stop, cancel=cancel)
 
     events = state.accelerator.stream(start, s.request_timeout_s)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(_sse(completion, events, reservation, req.voice, include_usage),
+        return StreamingResponse(_sse(completion, events, reservation, include_usage),
                                  media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
                                  background=BackgroundTask(reservation.release))
     try:
         result = None
         async for item in events:
-            if isinstance(item, GenerationResult):
+            if isinstance(item, AnswerResult):
                 result = item
     finally:
         reservation.release()
-    text = speakable(result.text) if req.voice else result.text
-    return JSONResponse(completion.response(text, _FINISH[result.finish_reason], result.completion_tokens))
+    return JSONResponse(completion.response(result))
 
 
-async def _sse(completion: _Completion, events: AsyncIterator, reservation: Reservation, voice: bool,
+async def _replay(items: list) -> AsyncIterator:
+    for item in items:
+        yield item
+
+
+async def _sse(completion: _Completion, events: AsyncIterator, reservation: Reservation | None,
                include_usage: bool) -> AsyncIterator[str]:
-    chunker = SentenceChunker() if voice else None
+    """Pieces are verified sentences (or, for a plain chat, the model's deltas); the grounding comes last."""
     try:
         yield completion.chunk({"role": "assistant", "content": ""}, citations=completion.citations)
         async for item in events:
-            if isinstance(item, Delta):
-                if not item.text:
-                    continue
-                if chunker is None:
-                    yield completion.chunk({"content": item.text})
-                else:  # voice: whole sentences, so text-to-speech can start on each one
-                    for sentence in chunker.push(item.text):
-                        yield completion.chunk({"content": speakable(sentence) + " "})
-            else:
-                for sentence in chunker.flush() if chunker else []:
-                    yield completion.chunk({"content": speakable(sentence)})
-                yield completion.chunk({}, _FINISH[item.finish_reason])
+            if isinstance(item, AnswerResult):
+                yield completion.chunk({}, _FINISH[item.finish_reason], grounding=completion.grounding(item))
                 if include_usage:
-                    yield completion.usage_chunk(item.completion_tokens)
+                    yield completion.usage_chunk(item)
+            elif item:
+                yield completion.chunk({"content": item})
         yield "data: [DONE]\n\n"
     finally:
         try:
             await events.aclose()  # a disconnect lands here: the generation is cancelled first ...
         finally:
-            reservation.release()  # ... and the slot freed even if this task is being cancelled
-
-
-def _canned(completion: _Completion, text: str, stream: bool):
-    """Retrieval found nothing relevant: say so instead of letting the model invent an answer."""
-    if not stream:
-        return JSONResponse(completion.response(text, "stop", 0))
-
-    async def body():
-        yield completion.chunk({"role": "assistant", "content": ""}, citations=[])
-        yield completion.chunk({"content": text})
-        yield completion.chunk({}, "stop")
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(body(), media_type="text/event-stream")
+            if reservation is not None:
+                reservation.release()  # ... and the slot freed even if this task is being cancelled

@@ -1,0 +1,72 @@
+"""The extractive answer: the passage's own sentences that answer the question, quoted verbatim.
+
+Authored KB text is the safest thing a car can say. The sentences that share most of the question's
+terms are chosen (a sentence with a number wins ties when the question asks for a quantity), at most
+two, kept in the passage's order; a safety sentence of the same passage ("never", "do not") goes
+with them, because a driver who hears only half of a safety instruction is worse off than one who
+hears none.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from app.answer.facts import extract_facts
+from app.answer.relevance import coverage, terms
+from app.answer.sentences import split_sentences
+
+MAX_SENTENCES = 2
+Similarity = Callable[[str, list[str]], list[float]]
+_QUANTITY = re.compile(r"\b(?:how\s+(?:much|many|long|far|fast|often|heavy|big|quick|old)|what\s+(?:number|size|"
+                       r"speed|pressure|type|limit)|which\s+number|when)\b|多少|多久|多长|多快|多远|多大|几|什么型号|电话",
+                       re.I)
+_PHONE_QUESTION = re.compile(r"\b(?:number|call|ring|phone|dial)\b|电话|号码|打给", re.I)
+_SAFETY = re.compile(r"\b(?:never|do not|don't|must not|always|warning|danger)\b|切勿|不要|禁止|务必|必须", re.I)
+
+
+def asks_quantity(question: str) -> bool:
+    return bool(_QUANTITY.search(question))
+
+
+def _has_number(sentence: str) -> bool:
+    return any(f.kind in ("number", "phone", "code") for f in extract_facts(sentence))
+
+
+def extract_answer(question: str, passage: str, similarity: Similarity | None = None,
+                   max_sentences: int = MAX_SENTENCES) -> str:
+    """The best sentences of `passage` for `question`, verbatim, in passage order.
+
+    `similarity(question, sentences)` (the embedder's cosines, when it reads the question) adds
+    meaning to the shared-terms score: "every day" finds "for daily driving"."""
+    sentences = [s for s in split_sentences(passage.strip()) if s.strip()]
+    if not sentences:
+        return ""
+    quantity = asks_quantity(question)
+    wanted = terms(question)
+    cosines = similarity(question, [s.strip() for s in sentences]) if similarity else [0.0] * len(sentences)
+    phone = bool(_PHONE_QUESTION.search(question))
+
+    def score(i: int) -> float:
+        s = sentences[i]
+        value = (coverage(question, s) if wanted else 0.0) + cosines[i]
+        if quantity and _has_number(s):
+            value += 0.25
+        if phone and any(f.kind == "phone" for f in extract_facts(s)):
+            value += 0.5
+        return value - 0.01 * i  # earlier sentences win ties: FAQ answers lead with the point
+
+    ranked = sorted(range(len(sentences)), key=score, reverse=True)
+    best = score(ranked[0])
+    chosen = {ranked[0]}
+    for i in ranked[1:max_sentences]:
+        if score(i) >= 0.6 * best and score(i) > 0:
+            chosen.add(i)
+    safety = next((i for i in range(len(sentences)) if _SAFETY.search(sentences[i]) and i not in chosen), None)
+    if safety is not None and terms(sentences[safety]) & wanted:
+        chosen.add(safety)
+    return "".join(sentences[i].strip() + ("" if _cjk_end(sentences[i]) else " ") for i in sorted(chosen)).strip()
+
+
+def _cjk_end(sentence: str) -> bool:
+    return sentence.rstrip()[-1:] in "。！？；"

@@ -1,0 +1,267 @@
+"""Hard facts in text: numbers with their units, phone numbers, codes, menu paths and named controls.
+
+A driver acts on these, so the answer layer checks every one against the passages it cited.
+Each fact carries a comparison key that is the same however it was written:
+
+    "1,500 kg" · "1500 kilograms" · "一千五百公斤"          -> number 1500 kg
+    "thirty minutes" · "30 min" · "三十分钟" · "３０分钟"    -> number 30 min
+    "800-555-0199" · "800 555 0199"                         -> phone 8005550199
+    "Settings > Vehicle > Tyres" · “设置”→“车辆”              -> menu items settings, vehicle, tyres
+
+    text ─► NFKC (full-width digits/punctuation) ─► Chinese numerals and English number words as digits
+         ─► regexes (phone, code, number+unit, menu, quoted names) ─► Fact(kind, key, span)
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+# ---- units: every spelling a KB or a model writes, mapped to one canonical name -------------------
+_UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "km/h": ("km/h", "kph", "kmh", "kilometres per hour", "kilometers per hour", "公里每小时", "公里/小时",
+             "千米每小时"),
+    "mph": ("mph", "miles per hour"),
+    "kwh": ("kwh", "kilowatt hours", "kilowatt-hours", "kilowatt hour", "千瓦时", "度电"),
+    "kw": ("kw", "kilowatts", "kilowatt", "千瓦"),
+    "kpa": ("kpa", "kilopascals", "kilopascal", "千帕"),
+    "psi": ("psi", "p s i"),
+    "bar": ("bar",),
+    "km": ("km", "kilometres", "kilometers", "kilometre", "kilometer", "公里", "千米"),
+    "mm": ("mm", "millimetres", "millimeters", "millimetre", "millimeter", "毫米"),
+    "cm": ("cm", "centimetres", "centimeters", "centimetre", "centimeter", "厘米"),
+    "m": ("m", "metres", "meters", "metre", "meter", "米"),
+    "kg": ("kg", "kilograms", "kilogram", "kilos", "公斤", "千克"),
+    "l": ("l", "litres", "liters", "litre", "liter", "升"),
+    "h": ("h", "hours", "hour", "hrs", "hr", "小时", "个小时"),
+    "min": ("min", "mins", "minutes", "minute", "分钟"),
+    "s": ("s", "sec", "secs", "seconds", "second", "秒", "秒钟"),
+    "day": ("days", "day", "天"),
+    "week": ("weeks", "week", "周", "个星期", "星期"),
+    "month": ("months", "month", "个月"),
+    "year": ("years", "year", "年"),
+    "%": ("%", "percent", "per cent", "percentage points"),
+    "°c": ("°c", "degrees celsius", "degrees c", "degrees", "摄氏度", "度"),
+    "v": ("v", "volts", "volt", "伏", "伏特"),
+    "a": ("a", "amps", "amperes", "amp", "ampere", "安", "安培"),
+    "g": ("g",),
+    "inch": ("inch", "inches", "英寸", "寸"),
+    "times": ("times", "次"),
+}
+_UNIT_OF = {spelling: unit for unit, spellings in _UNIT_SPELLINGS.items() for spelling in spellings}
+# longest first so "kwh" wins over "kw" and "km/h" over "km"
+_UNIT_ALT = "|".join(re.escape(s) for s in sorted(_UNIT_OF, key=len, reverse=True))
+_CURRENCY = {"€": "eur", "$": "usd", "£": "gbp", "¥": "cny", "元": "cny", "euros": "eur", "euro": "eur",
+             "dollars": "usd"}
+
+# ---- numbers written as words ---------------------------------------------------------------------
+_EN_UNITS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_EN_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split())
+            if w != "_"}
+_EN_SCALES = {"hundred": 100, "thousand": 1000}
+_EN_WORD = "|".join(sorted([*_EN_UNITS, *_EN_TENS, *_EN_SCALES, "a"], key=len, reverse=True))
+_EN_NUMBER = re.compile(rf"\b(?:{_EN_WORD})(?:[\s-]+(?:and[\s-]+)?(?:{_EN_WORD}))*\b", re.I)
+
+_ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
+              "九": 9}
+_ZH_SCALES = {"十": 10, "百": 100, "千": 1000, "万": 10000}
+_ZH_NUMBER = re.compile(r"(百分之)?([零〇一二两三四五六七八九十百千万]+(?:点[零〇一二两三四五六七八九]+)?)")
+# Chinese words that contain numeral characters but are not numbers ("together", "once", "certainly" ...)
+_ZH_NOT_NUMBER = re.compile(r"一(?:起|下|定|直|般|些|旦|样|致|切|边|同|点儿|会儿|路|键)|统一|万一|唯一|之一|十分"
+                            r"|千万|第[一二三四五六七八九十]|星期[一二三四五六日天]|周[一二三四五六日]")
+
+
+def _en_value(words: str) -> int | None:
+    total, current = 0, 0
+    tokens = [t for t in re.split(r"[\s-]+", words.lower()) if t and t != "and"]
+    if tokens == ["a"]:
+        return None
+    for t in tokens:
+        if t == "a":
+            current = 1  # "a hundred"
+        elif t in _EN_UNITS:
+            current += _EN_UNITS[t]
+        elif t in _EN_TENS:
+            current += _EN_TENS[t]
+        elif t == "hundred":
+            current = max(current, 1) * 100
+        elif t == "thousand":
+            total, current = total + max(current, 1) * 1000, 0
+    return total + current
+
+
+def _zh_int(text: str) -> int:
+    if all(c in _ZH_DIGITS for c in text):  # "二〇二四": digit by digit
+        return int("".join(str(_ZH_DIGITS[c]) for c in text))
+    total, section, digit = 0, 0, 0
+    for c in text:
+        if c in _ZH_DIGITS:
+            digit = _ZH_DIGITS[c]
+        elif c == "万":
+            total, section, digit = (total + section + digit) * 10000, 0, 0
+        else:
+            section += (digit or 1) * _ZH_SCALES[c]
+            digit = 0
+    return total + section + digit
+
+
+def _zh_value(text: str) -> str:
+    whole, _, frac = text.partition("点")
+    value = str(_zh_int(whole)) if whole else "0"
+    return value + ("." + "".join(str(_ZH_DIGITS[c]) for c in frac) if frac else "")
+
+
+def _zh_numbers(text: str) -> str:
+    def repl(m: re.Match) -> str:
+        percent, number = m.group(1), m.group(2)
+        before, after = text[max(0, m.start() - 1):m.start()], text[m.end():m.end() + 2]
+        if not percent and _ZH_NOT_NUMBER.match(text, m.start() - (1 if before in "统万唯之第星周" else 0)):
+            return m.group(0)
+        if not percent and number == "一" and not re.match(_UNIT_ALT + "|个|次|种|位|款", after):
+            return m.group(0)
+        value = _zh_value(number)
+        return f"{value}%" if percent else f" {value} "
+
+    return _ZH_NUMBER.sub(repl, text)
+
+
+def _en_numbers(text: str) -> str:
+    def repl(m: re.Match) -> str:
+        value = _en_value(m.group(0))
+        if value is None:
+            return m.group(0)
+        after = text[m.end():m.end() + 24].lower()
+        # "one" is a pronoun far more often than a count: a number only before a unit
+        if value == 1 and not re.match(rf"\s*(?:{_UNIT_ALT})\b", after):
+            return m.group(0)
+        return str(value)
+
+    return _EN_NUMBER.sub(repl, text)
+
+
+# Chinese units that begin with a numeral character (千瓦 is kilowatt, not "thousand 瓦")
+_ZH_KILO_UNITS = re.compile(r"千瓦时|千瓦|千克|千米|千帕")
+_ZH_KILO = {"千瓦时": "kWh", "千瓦": "kW", "千克": "kg", "千米": "km", "千帕": "kPa"}
+
+
+def normalize(text: str) -> str:
+    """One spelling for numbers: NFKC (full-width forms), Chinese numerals and number words as digits."""
+    text = unicodedata.normalize("NFKC", text).replace("\u2212", "-")
+    text = _ZH_KILO_UNITS.sub(lambda m: _ZH_KILO[m.group(0)], text)
+    return _en_numbers(_zh_numbers(text))
+
+
+# ---- facts ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fact:
+    kind: str  # "phone" | "code" | "number" | "menu" | "name"
+    key: str  # comparison key: "8005550199", "1500 kg", "30", "settings", ...
+    text: str  # as written (after normalization)
+
+    @property
+    def value(self) -> str:
+        return self.key.split(" ", 1)[0]
+
+
+_PHONE = re.compile(r"(?<![0-9A-Za-z.])\+?\d{2,4}(?:[\s.-]\d{2,4}){2,4}(?![0-9A-Za-z])")
+# letters and digits in one word: "CCS2", "R18", "P0A80" (a digit run with a unit is a number instead)
+_CODE = re.compile(r"(?<![0-9A-Za-z])(?=[A-Za-z0-9-]*\d)[A-Za-z][A-Za-z0-9]*(?:-?[A-Za-z0-9]+)*(?![0-9A-Za-z])")
+_NUMBER = re.compile(r"(?P<cur>[€$£¥])?\s?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+                     rf"(?:\s*(?:-|to|–|—|~|至|到)\s*\d+(?:\.\d+)?)?"
+                     rf"(?:\s?(?P<unit>{_UNIT_ALT})(?![A-Za-z]))?(?:\s?(?P<cur2>元|euros?|dollars))?", re.I)
+_MENU_SEP = re.compile(r"\s*(?:>|›|→)\s*")
+_MENU = re.compile(r"[^\n>›→。.!?]+?(?:\s*(?:>|›|→)\s*[^\n>›→。.!?,，]+)+")
+# one menu item next to a separator: a quoted name, up to three capitalised words, or a short CJK run
+_ITEM = r"(“[^”]+”|\"[^\"]+\"|「[^」]+」|[A-Z][\w-]*(?:\s+[A-Z][\w-]*){0,2}|[\u4e00-\u9fff]{1,8})"
+_VERB = re.compile(r"^(?:Open|Go to|Go|Tap|Select|Press|Choose|Touch)\s+")
+_ITEM_END, _ITEM_START = re.compile(_ITEM + r"\W*$"), re.compile(r"^\W*" + _ITEM)
+_QUOTED = re.compile(r"[\"“”「」『』]([^\"“”「」『』\n]{2,40})[\"“”「」『』]")
+_BUTTON = re.compile(r"\b((?:[A-Z][\w-]*\s){0,3}[A-Z][\w-]*)\s+(?:button|switch|paddle|icon|menu|page|tab)\b")
+_CITATION = re.compile(r"\[\d+\]")
+
+
+def _menu_items(path: str) -> list[str]:
+    parts = _MENU_SEP.split(path)
+    items = []
+    for i, part in enumerate(parts):
+        m = (_ITEM_END.search if i == 0 else _ITEM_START.search)(part)
+        if m:
+            items.append(_VERB.sub("", m.group(1).strip("“”\"「」")).lower())
+    return items
+
+
+def extract_facts(text: str) -> list[Fact]:
+    """Every hard fact in the text, in order of appearance (citation markers [n] are not facts)."""
+    text = normalize(_CITATION.sub(" ", text))
+    facts: list[Fact] = []
+    taken = [False] * len(text)
+
+    def claim(m: re.Match, fact: Fact) -> None:
+        facts.append(fact)
+        for i in range(m.start(), m.end()):
+            taken[i] = True
+
+    for m in _PHONE.finditer(text):
+        digits = re.sub(r"\D", "", m.group(0))
+        if len(digits) >= 7:
+            claim(m, Fact("phone", digits, m.group(0)))
+    for m in _CODE.finditer(text):
+        if any(taken[m.start():m.end()]) or re.fullmatch(rf"\d+(?:{_UNIT_ALT})", m.group(0), re.I):
+            continue  # "30min", "11kW" are numbers with units
+        claim(m, Fact("code", m.group(0).lower().replace("-", ""), m.group(0)))
+    for m in _NUMBER.finditer(text):
+        if any(taken[m.start("num"):m.end("num")]):
+            continue
+        value = m.group("num").replace(",", "")
+        value = value.rstrip("0").rstrip(".") if "." in value else value
+        cur = m.group("cur") or m.group("cur2")
+        unit = _CURRENCY[cur.lower()] if cur else _UNIT_OF.get((m.group("unit") or "").lower())
+        facts.append(Fact("number", f"{value} {unit}" if unit else value, m.group(0).strip()))
+        rng = re.search(r"(?:-|to|–|—|~|至|到)\s*(\d+(?:\.\d+)?)", m.group(0)[m.end("num") - m.start():])
+        if rng:  # a range states both ends, with the same unit
+            facts.append(Fact("number", f"{rng.group(1)} {unit}" if unit else rng.group(1), m.group(0).strip()))
+    for m in _MENU.finditer(text):
+        facts.extend(Fact("menu", item, m.group(0).strip()) for item in _menu_items(m.group(0)))
+    for m in _QUOTED.finditer(text):
+        facts.append(Fact("name", m.group(1).strip().lower(), m.group(0)))
+    for m in _BUTTON.finditer(text):
+        facts.append(Fact("name", m.group(1).strip().lower(), m.group(0)))
+    return facts
+
+
+@dataclass
+class FactIndex:
+    """What a set of passages states, for support checks."""
+
+    phones: set[str]
+    codes: set[str]
+    numbers: set[str]  # "1500 kg", "4"
+    values: set[str]  # "1500", "4": every value, with or without its unit
+    bare: set[str]  # values stated without a unit
+    text: str  # lower-cased normalized text, for names and menu items
+
+    @classmethod
+    def of(cls, texts: list[str]) -> FactIndex:
+        facts = [f for t in texts for f in extract_facts(t)]
+        numbers = [f for f in facts if f.kind == "number"]
+        return cls({f.key for f in facts if f.kind == "phone"}, {f.key for f in facts if f.kind == "code"},
+                   {f.key for f in numbers}, {f.value for f in numbers},
+                   {f.key for f in numbers if " " not in f.key}, normalize(" ".join(texts)).lower())
+
+    def supports(self, fact: Fact) -> bool:
+        if fact.kind == "phone":
+            return fact.key in self.phones
+        if fact.kind == "code":
+            return fact.key in self.codes or fact.key in re.sub(r"[\s-]", "", self.text)
+        if fact.kind == "number":
+            # with a unit: that value with that unit ("240 psi" is not "240 kPa"), or the value stated bare;
+            # without one: the value with any unit
+            return fact.key in self.numbers or fact.value in self.bare if " " in fact.key else fact.key in self.values
+        return _loose(fact.key) in _loose(self.text)  # menu items, named controls: the words as written
+
+
+def _loose(text: str) -> str:
+    return re.sub(r"[\s\"'“”「」‘’]+", " ", text.lower()).strip()

@@ -1,0 +1,100 @@
+"""From search hits to the passages an answer may use, and the prompt that shows them to the model.
+
+    hits ─► re-rank on scores (relevance.py) ─► confidence of the best ─► refuse early when it is low
+         ─► one FAQ entry when it leads clearly, else the passages close to the best (a relevance
+            budget, not a fixed k) ─► chat-template prompt: instructions as system, passages + question
+            as the user turn (1-3B models follow passages next to the question best)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.answer.relevance import Confidence, coverage, rerank, score
+from knowledge.retrieval import Hit
+
+# Answerability on the best passage, calibrated on knowledge/samples/eval_questions.jsonl (104
+# answerable, 16 unanswerable; the answer questions are held out): no answerable question falls
+# below these, and 9 of the 16 unanswerable ones do. Retrieval alone cannot refuse the rest (a
+# question about the sunroof still matches the charge-port flap); the model's own "I don't know"
+# and the fact check carry them.
+MIN_CONFIDENCE = 0.30  # cosine + 0.2 x term coverage, for questions the embedder reads
+MIN_BM25 = 5.8  # BM25 of the best passage, for questions it cannot read (Chinese with MiniLM)
+COVERAGE_WEIGHT = 0.2
+# a passage joins the best one when its score is this close (cosine scale / share of the best BM25)
+BUDGET_MARGIN, BUDGET_SHARE = 0.08, 0.75
+# one FAQ entry answers alone when it leads the next passage by this much
+FAQ_LEAD, FAQ_LEAD_SHARE = 0.05, 0.8
+MAX_PASSAGES = 3
+
+INSTRUCTIONS = (
+    "You are a car's built-in assistant. Answer the driver's question in one or two short, complete sentences, "
+    "using only the facts in the passages. Write numbers, units, phone numbers and menu names exactly as the "
+    "passages write them. Do not mention the passages. If the passages do not contain the answer, reply only: "
+    "I don't know. Answer in the language of the question."
+)
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def language(text: str) -> str:
+    letters = re.findall(r"[^\W\d_]", text)
+    return "zh" if letters and sum(bool(_CJK.match(c)) for c in letters) * 3 >= len(letters) else "en"
+
+
+@dataclass
+class Passage:
+    index: int  # 1-based, as cited
+    hit: Hit
+    title: str  # the FAQ question or the section title: what a citation names
+    body: str  # the answer text of an FAQ entry, else the chunk text
+    faq: bool
+
+    @classmethod
+    def of(cls, index: int, hit: Hit) -> Passage:
+        text = hit.text.strip()
+        if hit.entry_id is not None and "\n" in text:  # FAQ chunks are "question\nanswer"
+            question, answer = text.split("\n", 1)
+            return cls(index, hit, question.strip(), answer.strip(), True)
+        title = hit.heading.split(">")[-1].strip() if hit.heading else hit.name
+        return cls(index, hit, title, text, False)
+
+    def render(self) -> str:
+        head = f"FAQ: {self.title}" if self.faq else (self.hit.heading or self.title)
+        return f"Passage {self.index} ({head}):\n{self.body}"
+
+
+def confidence(question: str, best: Hit, readable: bool) -> Confidence:
+    cov = coverage(question, best.text)
+    if readable:
+        dense = best.scores.get("dense", 0.0)
+        return Confidence(dense, cov, dense + COVERAGE_WEIGHT * cov)
+    return Confidence(None, cov, best.scores.get("bm25", 0.0))
+
+
+def confident(c: Confidence) -> bool:
+    return c.value >= (MIN_CONFIDENCE if c.dense is not None else MIN_BM25)
+
+
+def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES) -> tuple[list[Hit], bool]:
+    """The hits an answer may use, best first, and whether the first is an FAQ entry that answers alone."""
+    ranked = rerank(hits, readable)
+    if not ranked:
+        return [], False
+    top = score(ranked[0], readable)
+
+    def close(h: Hit, margin: float, share: float) -> bool:
+        s = score(h, readable)
+        return s >= top - margin if readable else s >= share * top
+
+    if ranked[0].entry_id is not None and (len(ranked) == 1 or not close(ranked[1], FAQ_LEAD, FAQ_LEAD_SHARE)):
+        return ranked[:1], True
+    return [h for h in ranked[:limit] if close(h, BUDGET_MARGIN, BUDGET_SHARE)], False
+
+
+def with_passages(messages: list[dict], passages: list[Passage]) -> list[dict]:
+    """Instructions as the system turn, the passages beside the last question."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    block = "\n\n".join(p.render() for p in passages)
+    turn = {"role": "user", "content": f"{block}\n\nQuestion: {messages[last]['content']}"}
+    return messages[:last] + [turn] + messages[last + 1:]

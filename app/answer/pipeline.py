@@ -1,0 +1,330 @@
+"""The grounded answer: what the API, the CLI and the page say, and why.
+
+    plan_answer (no accelerator needed)            GroundedGeneration (on the accelerator)
+    ─────────────────────────────────────          ───────────────────────────────────────────────
+    retrieval query ─► search ─► re-rank           LLM tokens ─► sentences ─► fact check per sentence
+    ─► confidence low? ─► refuse                    ├─ supported   ─► released (held back for a
+    ─► passages (one FAQ entry, or a budget)        │               quantity question until a number comes)
+    ─► prompt ids + the extractive answer           ├─ "I don't know" ─► refuse
+                                                    └─ unsupported / empty ─► stop the model, then
+                                                       the extractive answer (retrieval confident)
+                                                       or "I don't know"
+
+Only verified sentences are ever released, streamed or not, so the two are the same text.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from app.answer.extractive import asks_quantity, extract_answer
+from app.answer.facts import FactIndex, extract_facts
+from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
+                                 with_passages)
+from app.answer.relevance import Confidence
+from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
+from app.answer.verify import Check, Verifier
+from app.schemas import ChatRequest, Citation, Grounding
+from app.voice import VOICE_INSTRUCTIONS, VOICE_MAX_TOKENS, speakable
+from knowledge.retrieval import MAX_UNKNOWN_SHARE
+from runtime.errors import ContextOverflowError
+from runtime.llm import LLM
+from runtime.sampling import SamplingParams
+
+DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no information about that.",
+             "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
+DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh": "抱歉，我没有这方面的信息。"}
+CANDIDATES = 8  # hits re-ranked before the passages are chosen
+_MARGIN = 8  # tokens kept free for template differences
+_SNIPPET = 240
+
+
+@dataclass
+class AnswerPlan:
+    """Everything decided before the model runs."""
+
+    question: str
+    lang: str
+    voice: bool
+    grounded: bool  # False: a plain chat (RAG off or no knowledge base)
+    prompt_ids: list[int] = field(default_factory=list)
+    max_tokens: int = 0
+    passages: list[Passage] = field(default_factory=list)
+    confidence: Confidence | None = None
+    extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
+    faq_alone: bool = False  # one FAQ entry leads clearly and is the only passage
+    refusal: str | None = None  # set when the answer is "I don't know" without asking the model
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def citations(self) -> list[Citation]:
+        return [Citation(index=p.index, source=p.hit.name, title=p.title, heading=p.hit.heading or None,
+                         entry_id=p.hit.entry_id, snippet=p.body[:_SNIPPET], score=float(p.hit.score))
+                for p in self.passages]
+
+    def dont_know(self) -> str:
+        return (DONT_KNOW_VOICE if self.voice else DONT_KNOW)[self.lang]
+
+
+def _messages(req: ChatRequest) -> list[dict]:
+    out = []
+    for m in req.messages:
+        if m.role == "tool":
+            continue  # no tool calling: tool results are not part of our prompts
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": m.text()})
+    return out
+
+
+def retrieval_query(messages: list[dict]) -> str:
+    users = [m["content"] for m in messages if m["role"] == "user" and m["content"].strip()]
+    if not users:
+        return ""
+    # follow-ups like "and in winter?" need the previous question to mean anything
+    if len(users) > 1 and len(users[-1].split()) < 6:
+        return f"{users[-2]} {users[-1]}"
+    return users[-1]
+
+
+def _with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
+    if not instructions:
+        return messages
+    user_system = [m["content"] for m in messages if m["role"] == "system"]
+    system = "\n\n".join([*instructions, *user_system])
+    return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
+
+
+def _fit(llm: LLM, hits, budget: int) -> list[Passage]:
+    """The chosen hits as numbered passages, as many as fit the token budget, best first."""
+    passages, used = [], 0
+    for hit in hits:
+        p = Passage.of(len(passages) + 1, hit)
+        cost = len(llm.encode(p.render())) + 2
+        if used + cost <= budget:  # a shorter passage further down may still fit
+            passages.append(p)
+            used += cost
+    return passages
+
+
+def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default_k: int,
+                default_min_score: float | None) -> AnswerPlan:
+    """Retrieval, the refusal gate and the prompt. `kb` is a KnowledgeBase (or None: a plain chat)."""
+    started = time.perf_counter()
+    messages = _messages(req)
+    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    if req.voice:
+        max_tokens = min(max_tokens, VOICE_MAX_TOKENS)
+    voice = [VOICE_INSTRUCTIONS] if req.voice else []
+    plan = AnswerPlan(question, language(question), req.voice, grounded=bool(req.rag and kb is not None))
+    base_ids = llm.encode_chat(_with_system(messages, voice))
+    if len(base_ids) >= llm.context:
+        raise ContextOverflowError(len(base_ids), llm.context)
+    if not plan.grounded:
+        plan.prompt_ids, plan.max_tokens = base_ids, min(max_tokens, llm.context - len(base_ids))
+        return plan
+
+    opts = req.knowledge
+    query = retrieval_query(messages)
+    hits = kb.search(query, k=max(CANDIDATES, opts.k if opts else default_k), mode=opts.mode if opts else "hybrid",
+                     min_score=opts.min_score if opts and opts.min_score is not None else default_min_score,
+                     sources=opts.sources if opts else None)
+    readable = kb.unknown_share(query) <= MAX_UNKNOWN_SHARE if hits and kb.embedder is not None else False
+    chosen, faq_alone = select(hits, readable, limit=min(opts.k if opts else default_k, CANDIDATES))
+    plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    if not chosen:
+        plan.refusal = "no passage passed the relevance threshold"
+        return plan
+    plan.confidence = confidence(query, chosen[0], readable)
+    if not confident(plan.confidence):
+        plan.refusal = f"retrieval confidence {plan.confidence.value:.3f} is below the answerability threshold"
+        return plan
+
+    room = min(max_tokens, llm.context // 4)  # the answer's share of the context
+    budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(INSTRUCTIONS))
+    plan.passages = _fit(llm, chosen, budget)
+    if not plan.passages:
+        plan.refusal = "no passage fits the context"
+        return plan
+    plan.faq_alone = faq_alone
+    plan.extractive = extract_answer(question, plan.passages[0].body, _similarity(kb) if readable else None)
+    prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
+    plan.prompt_ids = llm.encode_chat(prompt)
+    if len(plan.prompt_ids) >= llm.context:
+        raise ContextOverflowError(len(plan.prompt_ids), llm.context)
+    plan.max_tokens = min(max_tokens, llm.context - len(plan.prompt_ids))
+    plan.timings["plan_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return plan
+
+
+def _similarity(kb):
+    def cosines(question: str, sentences: list[str]) -> list[float]:
+        vectors = kb.embedder.embed([question, *sentences]).vectors  # L2-normalised
+        return (vectors[1:] @ vectors[0]).tolist()
+
+    return cosines
+
+
+@dataclass
+class AnswerResult:
+    text: str
+    finish_reason: str  # "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    grounding: Grounding | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class GroundedGeneration:
+    """Iterate for the answer's text pieces (verified sentences); `result` is set at the end."""
+
+    def __init__(self, llm: LLM, plan: AnswerPlan, sampling: SamplingParams, stop: list[str] | None = None,
+                 cancel: threading.Event | None = None):
+        self.llm, self.plan, self.sampling, self.stop = llm, plan, sampling, stop or []
+        self.cancel = cancel or threading.Event()
+        self.result: AnswerResult | None = None
+        self._pieces: list[str] = []
+        self._sep = ""  # whitespace owed before the next piece
+        self._start = time.perf_counter()
+        self._timings = dict(plan.timings)
+
+    def __iter__(self) -> Iterator[str]:
+        self.result = yield from self._run()
+
+    def run(self) -> AnswerResult:
+        for _ in self:
+            pass
+        return self.result
+
+    # ---- output
+    def _emit(self, sentence: str) -> Iterator[str]:
+        core = sentence.rstrip()
+        text = speakable(core) if self.plan.voice else core
+        if not text:
+            return
+        piece = (" " if self.plan.voice and self._pieces else self._sep) + text
+        self._sep = "" if self.plan.voice else sentence[len(core):]
+        if not self._pieces:
+            self._timings["first_sentence_ms"] = round((time.perf_counter() - self._start) * 1000, 1)
+        self._pieces.append(piece)
+        yield piece
+
+    def _finish(self, finish: str, tokens: int, grounding: Grounding | None) -> AnswerResult:
+        self._timings["total_ms"] = round((time.perf_counter() - self._start) * 1000, 1)
+        return AnswerResult("".join(self._pieces), finish, len(self.plan.prompt_ids), tokens, grounding,
+                            self._timings)
+
+    def _grounding(self, decision: str, reason: str, checks: list[Check], unsupported: list[str]) -> Grounding:
+        c = self.plan.confidence
+        return Grounding(decision=decision, reason=reason, confidence=c.to_dict() if c else None,
+                         passages=[p.index for p in self.plan.passages],
+                         supported=[f.text for ch in checks for f in ch.facts],
+                         unsupported=unsupported)
+
+    # ---- the decision
+    def _run(self):
+        plan = self.plan
+        if not plan.grounded:
+            return (yield from self._plain())
+        if plan.refusal is not None:
+            yield from self._emit(plan.dont_know())
+            return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
+        verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question)
+        need_number = asks_quantity(plan.question) and _has_number(plan.extractive)
+        # a quantity question answered from one FAQ entry: the model's numbers must be the ones in the
+        # sentences that answer it ("290 kPa" is in the tyre entry too, but for a full load)
+        agree = FactIndex.of([plan.extractive, plan.question]) if need_number and plan.faq_alone else None
+        gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
+                                stop=self.stop, cancel=self.cancel)
+        stream, held, released, unsupported = SentenceStream(), [], [], []
+        verdict, marker = None, ""
+        sentences = _sentences(gen, stream)
+        for sentence in sentences:
+            if is_list_marker(sentence):
+                marker += sentence  # "1. " belongs to the sentence after it
+                continue
+            check = verifier.check(marker + sentence)
+            marker = ""
+            if check.refusal:
+                verdict = "model_refused"
+                break
+            if check.empty:
+                continue
+            if check.off_topic:
+                unsupported += check.off_topic
+                verdict = "off_topic"
+                break
+            if not check.ok:
+                unsupported += [f.text for f in check.unsupported]
+                verdict = "unsupported"
+                break
+            if agree is not None and any(not agree.supports(f) for f in check.facts if f.kind == "number"):
+                unsupported += [f.text for f in check.facts if f.kind == "number" and not agree.supports(f)]
+                verdict = "disagrees"
+                break
+            held.append(check)
+            if need_number and not any(f.kind in ("number", "phone", "code") for h in held for f in h.facts):
+                continue  # a quantity question: hold back until the answer states one
+            for h in held:
+                yield from self._emit(h.text)
+            released += held
+            held = []
+        if verdict:  # left early: the model stops at its next step and reports
+            self.cancel.set()
+            for _ in sentences:
+                pass
+        result = gen.result
+        tokens = result.completion_tokens
+        finish = "stop" if verdict else result.finish_reason
+        self._timings["prefill_ms"] = round(result.prefill_s * 1000, 1)
+        self._timings["first_token_ms"] = round(result.ttft_s * 1000, 1)
+        if released:
+            reason = "every stated fact is in the passages" + (
+                "; the answer was cut before a sentence with unsupported facts" if verdict == "unsupported" else "")
+            return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
+        if verdict in ("model_refused", "off_topic"):
+            why = ("the model found no answer in the passages" if verdict == "model_refused" else
+                   f"the passages never mention {', '.join(unsupported)}, which the question asks about")
+            yield from self._emit(plan.dont_know())
+            return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
+        why = ("the model stated facts the passages do not support" if verdict == "unsupported" else
+               "the model's numbers are not the ones the best-matching sentences state" if verdict == "disagrees" else
+               "the model's answer stated no number for a quantity question" if held else
+               "the model gave no answer")
+        if plan.extractive:
+            for sentence in split_sentences(plan.extractive):
+                yield from self._emit(sentence)
+            return self._finish("stop", tokens, self._grounding(
+                "extractive", f"{why}: the best passage is quoted instead",
+                [verifier.check(plan.extractive)], unsupported))
+        yield from self._emit(plan.dont_know())
+        return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
+
+    def _plain(self):
+        """No knowledge base: the model's text as it comes (voice still sentence by sentence)."""
+        gen = self.llm.generate(self.plan.prompt_ids, max_new_tokens=self.plan.max_tokens, sampling=self.sampling,
+                                stop=self.stop, cancel=self.cancel)
+        if self.plan.voice:
+            for sentence in _sentences(gen, SentenceStream()):
+                if not is_list_marker(sentence):
+                    yield from self._emit(sentence)
+        else:
+            for delta in gen:
+                if delta.text:
+                    self._pieces.append(delta.text)
+                    yield delta.text
+        r = gen.result
+        return self._finish(r.finish_reason, r.completion_tokens, None)
+
+
+def _has_number(text: str) -> bool:
+    return any(f.kind in ("number", "phone", "code") for f in extract_facts(text))
+
+
+def _sentences(gen, stream: SentenceStream) -> Iterator[str]:
+    for delta in gen:
+        yield from stream.push(delta.text)
+    yield from stream.flush()
+

@@ -1,0 +1,59 @@
+"""Is every hard fact of a sentence stated by the passages it may rely on?
+
+    sentence ─► extract_facts ─► each fact looked up in FactIndex(passages + the question)
+             ─► Check(supported, unsupported)
+
+A sentence that uses a word of the question no passage contains is off topic. The question counts as a source: an answer may repeat the driver's own numbers ("2,000 kg is more
+than the limit") without inventing them. Refusals are recognised here too, so a model that says it
+does not know is taken at its word.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from app.answer.facts import Fact, FactIndex, extract_facts
+from app.answer.relevance import terms
+
+_REFUSAL = re.compile(
+    r"\b(?:i\s+(?:do\s+not|don't|cannot|can't)\s+(?:know|find|say|tell|answer)|not\s+(?:mentioned|stated|specified|"
+    r"provided|included|covered)\s+in|(?:passages?|information|text|manual|knowledge base)\s+(?:does|do)\s+not\s+"
+    r"(?:say|mention|contain|include|provide|specify)|no\s+information\s+(?:about|on)|there\s+is\s+no\s+(?:mention|"
+    r"information))|不知道|没有(?:提到|提及|相关信息|这方面|说明)|未(?:提及|提到|说明)|无法(?:回答|确定)", re.I)
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+@dataclass
+class Check:
+    text: str
+    facts: list[Fact] = field(default_factory=list)
+    unsupported: list[Fact] = field(default_factory=list)
+    refusal: bool = False
+    off_topic: list[str] = field(default_factory=list)  # question terms the passages never use
+
+    @property
+    def ok(self) -> bool:
+        return not self.unsupported
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to say: citation markers, punctuation or a list number only ("[2]", "1.")."""
+        return not _LETTER.search(re.sub(r"\[\d+\]", "", self.text))
+
+
+class Verifier:
+    def __init__(self, passages: list[str], question: str = ""):
+        self.index = FactIndex.of([*passages, question])
+        # what the question asks about that no passage mentions ("sunroof" against the charge-port
+        # entry): an answer that uses the word anyway is the model bending the passage to the question
+        known = set().union(*(terms(p) for p in passages)) if passages else set()
+        self.missing = {t for t in terms(question) if t not in known and (len(t) >= 5 or not t.isascii())}
+
+    def check(self, sentence: str) -> Check:
+        facts = extract_facts(sentence)
+        return Check(sentence, facts, [f for f in facts if not self.index.supports(f)],
+                     bool(_REFUSAL.search(sentence)), sorted(terms(sentence) & self.missing))
+
+    def unsupported(self, text: str) -> list[Fact]:
+        return self.check(text).unsupported
