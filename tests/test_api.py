@@ -72,24 +72,49 @@ def test_raw_sse_framing(server):
 
 
 def test_stop_sequence(client):
-    free = chat(client, QUESTION, max_tokens=20).choices[0].message.content
+    # stop strings cut the model's own text: a plain chat, where no grounded answer replaces it
+    plain = {"extra_body": {"rag": False}}
+    free = chat(client, QUESTION, max_tokens=20, **plain).choices[0].message.content
     stop = free[5:8]
     assert len(stop) == 3 and stop.strip()
-    r = chat(client, QUESTION, max_tokens=20, stop=[stop])
+    r = chat(client, QUESTION, max_tokens=20, stop=[stop], **plain)
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].message.content == free[: free.find(stop)]
 
 
 def test_seeded_sampling_is_reproducible(client):
-    a = chat(client, QUESTION, temperature=1.2, seed=7, max_tokens=16).choices[0].message.content
-    b = chat(client, QUESTION, temperature=1.2, seed=7, max_tokens=16).choices[0].message.content
-    c = chat(client, QUESTION, temperature=1.2, seed=8, max_tokens=16).choices[0].message.content
+    plain = {"extra_body": {"rag": False}}
+    a = chat(client, QUESTION, temperature=1.2, seed=7, max_tokens=16, **plain).choices[0].message.content
+    b = chat(client, QUESTION, temperature=1.2, seed=7, max_tokens=16, **plain).choices[0].message.content
+    c = chat(client, QUESTION, temperature=1.2, seed=8, max_tokens=16, **plain).choices[0].message.content
     assert a == b and a != c
 
 
 def test_unanswerable_question_says_it_does_not_know(client):
     r = chat(client, "Who won the football world cup in 2010?")
     assert "don't know" in r.choices[0].message.content and r.model_extra["citations"] == []
+    assert r.model_extra["grounding"]["decision"] == "refused"
+    zh = chat(client, "2010年世界杯冠军是哪个国家？")
+    assert "不知道" in zh.choices[0].message.content and zh.model_extra["grounding"]["decision"] == "refused"
+
+
+def test_every_answer_states_only_facts_of_its_passages(client):
+    r = chat(client, "what number do I call for roadside assistance?", max_tokens=60)
+    grounding = r.model_extra["grounding"]
+    assert grounding["decision"] in ("answered", "extractive", "refused"), grounding
+    text = r.choices[0].message.content
+    if grounding["decision"] != "refused":
+        snippets = " ".join(c["snippet"] for c in r.model_extra["citations"])
+        for number in grounding["supported"]:
+            assert number.replace(" ", "") in (snippets + text).replace(" ", "")
+        assert "800-555-0199" in text or not any(ch.isdigit() for ch in text), text
+
+
+def test_voice_streamed_equals_non_streamed(client):
+    kwargs = {"model": "hexrag-voice", "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 40}
+    full = client.chat.completions.create(**kwargs).choices[0].message.content
+    chunks = list(client.chat.completions.create(**kwargs, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == full
 
 
 def test_rag_can_be_turned_off(client):
