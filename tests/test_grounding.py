@@ -59,9 +59,9 @@ def test_the_question_is_a_source_and_refusals_are_recognised():
     assert Verifier([FAST_ZH]).check("资料里没有提到这个问题。").refusal
 
 
-def test_words_of_the_question_the_passages_never_use_are_off_topic():
+def test_words_of_the_question_the_kb_never_uses_are_off_topic():
     opening = "When the car is unlocked, press the rear edge of the flap and it opens automatically."
-    verifier = Verifier([opening], question="How do I open the sunroof?")
+    verifier = Verifier([opening], question="How do I open the sunroof?", unknown={"sunro"})
     assert verifier.check("To open the sunroof, press the rear edge of the flap.").off_topic
     assert not verifier.check("Press the rear edge of the flap.").off_topic
 

@@ -24,7 +24,7 @@ from app.answer.extractive import asks_quantity, extract_answer
 from app.answer.facts import FactIndex, extract_facts
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
                                  with_passages)
-from app.answer.relevance import Confidence
+from app.answer.relevance import Confidence, term_words, terms
 from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier
 from app.schemas import ChatRequest, Citation, Grounding
@@ -57,6 +57,7 @@ class AnswerPlan:
     extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
     faq_alone: bool = False  # one FAQ entry leads clearly and is the only passage
     refusal: str | None = None  # set when the answer is "I don't know" without asking the model
+    unknown_terms: set[str] = field(default_factory=set)  # question terms the whole KB never uses
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -149,6 +150,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         plan.refusal = "no passage fits the context"
         return plan
     plan.faq_alone = faq_alone
+    plan.unknown_terms = _unknown_terms(kb, question, plan.passages)
     plan.extractive = extract_answer(question, plan.passages[0].body, _similarity(kb) if readable else None)
     prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
     plan.prompt_ids = llm.encode_chat(prompt)
@@ -157,6 +159,14 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     plan.max_tokens = min(max_tokens, llm.context - len(plan.prompt_ids))
     plan.timings["plan_ms"] = round((time.perf_counter() - started) * 1000, 1)
     return plan
+
+
+def _unknown_terms(kb, question: str, passages: list[Passage]) -> set[str]:
+    """Question terms (words of five letters or more, Chinese bigrams) that no passage and no chunk of
+    the KB contains: what the KB cannot speak about."""
+    seen = set().union(*(terms(p.hit.text) for p in passages))
+    return {t for t, word in term_words(question).items()
+            if t not in seen and (len(t) >= 5 or not t.isascii()) and not kb.search(word, k=1, mode="bm25")}
 
 
 def _similarity(kb):
@@ -231,7 +241,8 @@ class GroundedGeneration:
         if plan.refusal is not None:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
-        verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question)
+        verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
+                            plan.unknown_terms)
         need_number = asks_quantity(plan.question) and _has_number(plan.extractive)
         # a quantity question answered from one FAQ entry: the model's numbers must be the ones in the
         # sentences that answer it ("290 kPa" is in the tyre entry too, but for a full load)
@@ -282,11 +293,13 @@ class GroundedGeneration:
         self._timings["first_token_ms"] = round(result.ttft_s * 1000, 1)
         if released:
             reason = "every stated fact is in the passages" + (
-                "; the answer was cut before a sentence with unsupported facts" if verdict == "unsupported" else "")
+                "; the answer was cut before a sentence the passages do not support" if verdict else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
         if verdict in ("model_refused", "off_topic"):
+            words = term_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
-                   f"the passages never mention {', '.join(unsupported)}, which the question asks about")
+                   f"the knowledge base never mentions {', '.join(words.get(t, t) for t in unsupported)}, "
+                   "which the question asks about")
             yield from self._emit(plan.dont_know())
             return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
         why = ("the model stated facts the passages do not support" if verdict == "unsupported" else

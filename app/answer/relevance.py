@@ -43,14 +43,19 @@ def rerank(hits: list[Hit], query_readable: bool) -> list[Hit]:
     return sorted(hits, key=lambda h: score(h, query_readable), reverse=True)
 
 
-def terms(text: str) -> set[str]:
-    """Content terms: English word stems (first five letters) and Chinese character bigrams."""
+def term_words(text: str) -> dict[str, str]:
+    """Content terms and a word each stands for: English word stems (first five letters) and
+    Chinese character bigrams (their own word)."""
     text = normalize(text).lower()
-    out = {w[:5] for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
+    out = {w[:5]: w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
     for run in _CJK_RUN.findall(text):
         grams = {run[i:i + 2] for i in range(len(run) - 1)} or {run}
-        out |= {g for g in grams if g not in _ZH_STOP and not any(s in g for s in ("什么", "怎么", "多少"))}
+        out.update({g: g for g in grams if g not in _ZH_STOP and not any(s in g for s in ("什么", "怎么", "多少"))})
     return out
+
+
+def terms(text: str) -> set[str]:
+    return set(term_words(text))
 
 
 def coverage(question: str, passage: str) -> float:

@@ -79,4 +79,5 @@ def rag_ttft(assistant, question: str = TYPICAL_QUESTION, repeats: int = 3) -> d
         prompt_tokens, passages = len(prepared.prompt_ids), len(prepared.passages)
     out = {k: round(statistics.median(v), 1) for k, v in stages.items()}
     out["total_ms"] = round(sum(out.values()), 1)
-    return {"question": question, "prompt_tokens": prompt_tokens, "passages": passages, "repeats": repeats, **out}
+    return {"question": question, "prompt_tokens": prompt_tokens, "passages": passages, "repeats": repeats,
+            "refused": prepared.refusal is not None, **out}
