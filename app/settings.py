@@ -6,6 +6,7 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -14,7 +15,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
-    llm: Path = Path("models/smollm2-135m-instruct")
+    # default: the quickstart's build in ./models, the 1.5B where it was built, else the tiny preset
+    llm: Path = Field(default_factory=lambda: next(
+        (p for p in (Path("models/qwen2.5-coder-1.5b-instruct"), Path("models/smollm2-135m-instruct"))
+         if (p / "manifest.json").is_file()), Path("models/qwen2.5-coder-1.5b-instruct")))
     embedder: Path = Path("models/all-minilm-l6-v2")
     kb: Path | None = None  # default: the knowledge package's per-user location
     backend: Literal["cpu", "htp"] = "cpu"
