@@ -47,6 +47,14 @@ def test_hard_facts_must_be_in_the_passages(passage, answer, ok):
     assert check.ok is ok, (check.facts, check.unsupported)
 
 
+def test_a_number_said_about_something_else_fails():
+    washer = "The washer fluid reservoir holds 4 litres and has a blue cap with a windscreen symbol."
+    verifier = Verifier([washer], question="what's the boot capacity in litres?")
+    assert not verifier.check("The boot capacity is 4 litres.").ok
+    assert verifier.check("The washer fluid reservoir holds four litres.").ok
+    assert verifier.check("Four litres.").ok
+
+
 def test_a_correct_paraphrase_without_numbers_passes():
     check = Verifier([TOWING]).check("Yes, the car can pull a trailer, with or without its own brakes.")
     assert check.ok and not check.facts and not check.refusal
@@ -73,11 +81,11 @@ def test_fact_keys_are_one_spelling():
 
 
 def test_extractive_answer_quotes_the_sentence_that_answers():
-    assert extract_answer("how much air do the back tyres take?", TYRES).startswith("With a normal load")
-    assert extract_answer("what number do I call?", ROADSIDE) == (
+    assert extract_answer("how much air do the back tyres take?", TYRES).text.startswith("With a normal load")
+    assert extract_answer("what number do I call?", ROADSIDE).text == (
         "Aurora roadside assistance is available 24 hours a day on 800-555-0199.")
     safety = ("Never fit a rear-facing child seat on the front passenger seat while the front passenger airbag is "
               "active. To switch off the airbag, open Settings, then Safety, then Passenger airbag, select Off and "
               "confirm. The indicator PASSENGER AIRBAG OFF in the overhead console lights up to confirm.")
-    answer = extract_answer("how do I switch off the passenger airbag for a child seat?", safety)
+    answer = extract_answer("how do I switch off the passenger airbag for a child seat?", safety).text
     assert answer.startswith("Never fit") and "Passenger airbag, select Off" in answer  # the safety step stays

@@ -50,6 +50,7 @@ _UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
     "times": ("times", "次"),
 }
 _UNIT_OF = {spelling: unit for unit, spellings in _UNIT_SPELLINGS.items() for spelling in spellings}
+UNIT_WORDS = frozenset(w for s in _UNIT_OF for w in s.split())
 # longest first so "kwh" wins over "kw" and "km/h" over "km"
 _UNIT_ALT = "|".join(re.escape(s) for s in sorted(_UNIT_OF, key=len, reverse=True))
 _CURRENCY = {"€": "eur", "$": "usd", "£": "gbp", "¥": "cny", "元": "cny", "euros": "eur", "euro": "eur",

@@ -56,6 +56,7 @@ class AnswerPlan:
     confidence: Confidence | None = None
     extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
     faq_alone: bool = False  # one FAQ entry leads clearly and is the only passage
+    answer_sentences: list[str] = field(default_factory=list)  # the best passage's best-matching sentences
     refusal: str | None = None  # set when the answer is "I don't know" without asking the model
     unknown_terms: set[str] = field(default_factory=set)  # question terms the whole KB never uses
     timings: dict[str, float] = field(default_factory=dict)
@@ -151,7 +152,8 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         return plan
     plan.faq_alone = faq_alone
     plan.unknown_terms = _unknown_terms(kb, question, plan.passages)
-    plan.extractive = extract_answer(question, plan.passages[0].body, _similarity(kb) if readable else None)
+    extract = extract_answer(question, plan.passages[0].body, _similarity(kb) if readable else None)
+    plan.extractive, plan.answer_sentences = extract.text, extract.candidates
     prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
     plan.prompt_ids = llm.encode_chat(prompt)
     if len(plan.prompt_ids) >= llm.context:
@@ -162,11 +164,12 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
 
 
 def _unknown_terms(kb, question: str, passages: list[Passage]) -> set[str]:
-    """Question terms (words of five letters or more, Chinese bigrams) that no passage and no chunk of
-    the KB contains: what the KB cannot speak about."""
+    """Question terms (words of four letters or more, Chinese bigrams) that no passage and no chunk of
+    the KB contains: what the KB cannot speak about. With them in the question the extractive answer
+    is not offered either: the best passage cannot be about a thing the KB never names."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t for t, word in term_words(question).items()
-            if t not in seen and (len(t) >= 5 or not t.isascii()) and not kb.search(word, k=1, mode="bm25")}
+            if t not in seen and (len(t) >= 4 or not t.isascii()) and not kb.search(word, k=1, mode="bm25")}
 
 
 def _similarity(kb):
@@ -246,7 +249,7 @@ class GroundedGeneration:
         need_number = asks_quantity(plan.question) and _has_number(plan.extractive)
         # a quantity question answered from one FAQ entry: the model's numbers must be the ones in the
         # sentences that answer it ("290 kPa" is in the tyre entry too, but for a full load)
-        agree = FactIndex.of([plan.extractive, plan.question]) if need_number and plan.faq_alone else None
+        agree = FactIndex.of([*plan.answer_sentences, plan.question]) if need_number and plan.faq_alone else None
         gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
                                 stop=self.stop, cancel=self.cancel)
         stream, held, released, unsupported = SentenceStream(), [], [], []
@@ -306,7 +309,7 @@ class GroundedGeneration:
                "the model's numbers are not the ones the best-matching sentences state" if verdict == "disagrees" else
                "the model's answer stated no number for a quantity question" if held else
                "the model gave no answer")
-        if plan.extractive:
+        if plan.extractive and not plan.unknown_terms:
             for sentence in split_sentences(plan.extractive):
                 yield from self._emit(sentence)
             return self._finish("stop", tokens, self._grounding(

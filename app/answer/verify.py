@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.answer.facts import Fact, FactIndex, extract_facts
+from app.answer.facts import UNIT_WORDS, Fact, FactIndex, extract_facts, normalize
 from app.answer.relevance import terms
+from app.answer.sentences import split_sentences
 
 _REFUSAL = re.compile(
     r"\b(?:i\s+(?:do\s+not|don't|cannot|can't)\s+(?:know|find|say|tell|answer)|not\s+(?:mentioned|stated|specified|"
@@ -42,17 +43,48 @@ class Check:
         return not _LETTER.search(re.sub(r"\[\d+\]", "", self.text))
 
 
+@dataclass
+class _Source:
+    index: FactIndex
+    terms: set[str]
+
+
+def _without_facts(text: str) -> str:
+    """The words a sentence says around its facts (numbers and unit words taken out)."""
+    text = normalize(text)
+    for f in extract_facts(text):
+        text = text.replace(f.text, " ")
+    return " ".join(w for w in text.split() if w.lower().strip(".,;:!?()") not in UNIT_WORDS)
+
+
 class Verifier:
     def __init__(self, passages: list[str], question: str = "", unknown: set[str] = frozenset()):
         """`unknown`: terms of the question the knowledge base never uses ("sunroof" in a KB without
         one); an answer that uses them anyway is the model bending a passage to the question."""
         self.index = FactIndex.of([*passages, question])
         self.missing = set(unknown)
+        self.sentences = [_Source(FactIndex.of([s]), terms(_without_facts(s)))
+                          for text in [*passages, question] for s in split_sentences(text) if s.strip()]
 
     def check(self, sentence: str) -> Check:
         facts = extract_facts(sentence)
-        return Check(sentence, facts, [f for f in facts if not self.index.supports(f)],
-                     bool(_REFUSAL.search(sentence)), sorted(terms(sentence) & self.missing))
+        said = terms(sentence)
+        off_topic = sorted(m for m in self.missing if any(t.startswith(m) or m.startswith(t) for t in said))
+        unsupported = [f for f in facts if not self.index.supports(f) or not self._in_context(f, sentence)]
+        return Check(sentence, facts, unsupported, bool(_REFUSAL.search(sentence)), off_topic)
+
+    def _in_context(self, fact: Fact, sentence: str) -> bool:
+        """A number must be said about what its source sentence is about: "the boot holds 4 litres" is
+        not supported by "the washer fluid reservoir holds 4 litres". The sentence's own words (its
+        facts taken out) must share a term with a source sentence that states the number."""
+        if fact.kind != "number":
+            return True
+        own = terms(_without_facts(sentence))
+        if len(own) < 2:  # "About 30 minutes.", "That takes half an hour.": too little to judge
+            return True
+        sources = [s for s in self.sentences if s.index.supports(fact)]
+        return not sources or any(own & s.terms for s in sources)
+
 
     def unsupported(self, text: str) -> list[Fact]:
         return self.check(text).unsupported
