@@ -81,11 +81,11 @@ def test_fact_keys_are_one_spelling():
 
 
 def test_extractive_answer_quotes_the_sentence_that_answers():
-    assert extract_answer("how much air do the back tyres take?", TYRES).text.startswith("With a normal load")
-    assert extract_answer("what number do I call?", ROADSIDE).text == (
+    assert extract_answer("how much air do the back tyres take?", TYRES).startswith("With a normal load")
+    assert extract_answer("what number do I call?", ROADSIDE) == (
         "Aurora roadside assistance is available 24 hours a day on 800-555-0199.")
     safety = ("Never fit a rear-facing child seat on the front passenger seat while the front passenger airbag is "
               "active. To switch off the airbag, open Settings, then Safety, then Passenger airbag, select Off and "
               "confirm. The indicator PASSENGER AIRBAG OFF in the overhead console lights up to confirm.")
-    answer = extract_answer("how do I switch off the passenger airbag for a child seat?", safety).text
+    answer = extract_answer("how do I switch off the passenger airbag for a child seat?", safety)
     assert answer.startswith("Never fit") and "Passenger airbag, select Off" in answer  # the safety step stays

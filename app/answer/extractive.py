@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from app.answer.facts import extract_facts
 from app.answer.relevance import coverage, terms
@@ -34,24 +33,15 @@ def _has_number(sentence: str) -> bool:
     return any(f.kind in ("number", "phone", "code") for f in extract_facts(sentence))
 
 
-AGREE_SENTENCES = 3  # the model's numbers must come from this many best-matching sentences
-
-
-@dataclass
-class Extract:
-    text: str  # the quoted answer
-    candidates: list[str]  # the best-matching sentences, best first (a superset of the quoted ones)
-
-
 def extract_answer(question: str, passage: str, similarity: Similarity | None = None,
-                   max_sentences: int = MAX_SENTENCES) -> Extract:
+                   max_sentences: int = MAX_SENTENCES) -> str:
     """The best sentences of `passage` for `question`, verbatim, in passage order.
 
     `similarity(question, sentences)` (the embedder's cosines, when it reads the question) adds
     meaning to the shared-terms score: "every day" finds "for daily driving"."""
     sentences = [s for s in split_sentences(passage.strip()) if s.strip()]
     if not sentences:
-        return Extract("", [])
+        return ""
     quantity = asks_quantity(question)
     wanted = terms(question)
     cosines = similarity(question, [s.strip() for s in sentences]) if similarity else [0.0] * len(sentences)
@@ -75,8 +65,7 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
     safety = next((i for i in range(len(sentences)) if _SAFETY.search(sentences[i]) and i not in chosen), None)
     if safety is not None and terms(sentences[safety]) & wanted:
         chosen.add(safety)
-    text = "".join(sentences[i].strip() + ("" if _cjk_end(sentences[i]) else " ") for i in sorted(chosen)).strip()
-    return Extract(text, [sentences[i].strip() for i in ranked[:AGREE_SENTENCES]])
+    return "".join(sentences[i].strip() + ("" if _cjk_end(sentences[i]) else " ") for i in sorted(chosen)).strip()
 
 
 def _cjk_end(sentence: str) -> bool:

@@ -76,11 +76,11 @@ def confident(c: Confidence) -> bool:
     return c.value >= (MIN_CONFIDENCE if c.dense is not None else MIN_BM25)
 
 
-def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES) -> tuple[list[Hit], bool]:
-    """The hits an answer may use, best first, and whether the first is an FAQ entry that answers alone."""
+def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES) -> list[Hit]:
+    """The hits an answer may use, best first: an FAQ entry that leads clearly stands alone."""
     ranked = rerank(hits, readable)
     if not ranked:
-        return [], False
+        return []
     top = score(ranked[0], readable)
 
     def close(h: Hit, margin: float, share: float) -> bool:
@@ -88,8 +88,8 @@ def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES) -> tuple[
         return s >= top - margin if readable else s >= share * top
 
     if ranked[0].entry_id is not None and (len(ranked) == 1 or not close(ranked[1], FAQ_LEAD, FAQ_LEAD_SHARE)):
-        return ranked[:1], True
-    return [h for h in ranked[:limit] if close(h, BUDGET_MARGIN, BUDGET_SHARE)], False
+        return ranked[:1]
+    return [h for h in ranked[:limit] if close(h, BUDGET_MARGIN, BUDGET_SHARE)]
 
 
 def with_passages(messages: list[dict], passages: list[Passage]) -> list[dict]:
