@@ -41,6 +41,8 @@ TPMS = "Then, with the car in Park, open Settings, then Vehicle, then Tyres, and
     (TPMS, "Open Settings > Vehicle > Tyres and tap Reset TPMS.", True),  # a menu path
     (TPMS, "Open Settings > Vehicle > Wheels and tap Reset TPMS.", False),
     (TPMS, "Open “设置”→“车辆”→“轮胎”。", False),  # items the passage never names
+    (TPMS, "With the car in Park, tap Reset TPMS.", True),  # a named control
+    (TPMS, "Open Settings and select Massage.", False),
 ])
 def test_hard_facts_must_be_in_the_passages(passage, answer, ok):
     check = Verifier([passage]).check(answer)

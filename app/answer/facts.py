@@ -181,6 +181,9 @@ _VERB = re.compile(r"^(?:Open|Go to|Go|Tap|Select|Press|Choose|Touch)\s+")
 _ITEM_END, _ITEM_START = re.compile(_ITEM + r"\W*$"), re.compile(r"^\W*" + _ITEM)
 _QUOTED = re.compile(r"[\"“”「」『』]([^\"“”「」『』\n]{2,40})[\"“”「」『』]")
 _BUTTON = re.compile(r"\b((?:[A-Z][\w-]*\s){0,3}[A-Z][\w-]*)\s+(?:button|switch|paddle|icon|menu|page|tab)\b")
+# a control the driver is told to use: "tap Reset TPMS", "select Winter wheel set", "press SET"
+_CONTROL = re.compile(r"\b(?:[Tt]ap|[Ss]elect|[Pp]ress|[Cc]hoose|[Tt]urn on|[Ss]witch on)\s+(?:the\s+)?"
+                      r"((?:[A-Z][\w-]*)(?:\s+[A-Z][\w-]*){0,3})")
 _CITATION = re.compile(r"\[\d+\]")
 
 
@@ -228,7 +231,7 @@ def extract_facts(text: str) -> list[Fact]:
         facts.extend(Fact("menu", item, m.group(0).strip()) for item in _menu_items(m.group(0)))
     for m in _QUOTED.finditer(text):
         facts.append(Fact("name", m.group(1).strip().lower(), m.group(0)))
-    for m in _BUTTON.finditer(text):
+    for m in (*_BUTTON.finditer(text), *_CONTROL.finditer(text)):
         facts.append(Fact("name", m.group(1).strip().lower(), m.group(0)))
     return facts
 

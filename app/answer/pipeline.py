@@ -119,12 +119,17 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         max_tokens = min(max_tokens, VOICE_MAX_TOKENS)
     voice = [VOICE_INSTRUCTIONS] if req.voice else []
     plan = AnswerPlan(question, language(question), req.voice, grounded=bool(req.rag and kb is not None))
+
+    def done() -> AnswerPlan:
+        plan.timings["plan_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        return plan
+
     base_ids = llm.encode_chat(_with_system(messages, voice))
     if len(base_ids) >= llm.context:
         raise ContextOverflowError(len(base_ids), llm.context)
     if not plan.grounded:
         plan.prompt_ids, plan.max_tokens = base_ids, min(max_tokens, llm.context - len(base_ids))
-        return plan
+        return done()
 
     opts = req.knowledge
     query = retrieval_query(messages)
@@ -136,18 +141,18 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
     if not chosen:
         plan.refusal = "no passage passed the relevance threshold"
-        return plan
+        return done()
     plan.confidence = confidence(query, chosen[0], readable)
     if not confident(plan.confidence):
         plan.refusal = f"retrieval confidence {plan.confidence.value:.3f} is below the answerability threshold"
-        return plan
+        return done()
 
     room = min(max_tokens, llm.context // 4)  # the answer's share of the context
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(INSTRUCTIONS))
     plan.passages = _fit(llm, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
-        return plan
+        return done()
     plan.unknown_terms = _unknown_terms(kb, question, plan.passages)
     plan.extractive = extract_answer(question, plan.passages[0].body, _similarity(kb) if readable else None)
     prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
@@ -155,8 +160,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     if len(plan.prompt_ids) >= llm.context:
         raise ContextOverflowError(len(plan.prompt_ids), llm.context)
     plan.max_tokens = min(max_tokens, llm.context - len(plan.prompt_ids))
-    plan.timings["plan_ms"] = round((time.perf_counter() - started) * 1000, 1)
-    return plan
+    return done()
 
 
 def _unknown_terms(kb, question: str, passages: list[Passage]) -> set[str]:
@@ -215,8 +219,9 @@ class GroundedGeneration:
             return
         piece = (" " if self.plan.voice and self._pieces else self._sep) + text
         self._sep = "" if self.plan.voice else sentence[len(core):]
-        if not self._pieces:
-            self._timings["first_sentence_ms"] = round((time.perf_counter() - self._start) * 1000, 1)
+        if not self._pieces:  # from the question's arrival: retrieval and the prompt included
+            elapsed = (time.perf_counter() - self._start) * 1000
+            self._timings["first_sentence_ms"] = round(self._timings.get("plan_ms", 0.0) + elapsed, 1)
         self._pieces.append(piece)
         yield piece
 
