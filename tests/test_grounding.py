@@ -54,7 +54,9 @@ def test_a_number_said_about_something_else_fails():
     verifier = Verifier([washer], question="what's the boot capacity in litres?")
     assert not verifier.check("The boot capacity is 4 litres.").ok
     assert verifier.check("The washer fluid reservoir holds four litres.").ok
-    assert verifier.check("Four litres.").ok
+    assert not verifier.check("Four litres.").ok  # a bare number answers the question: the boot
+    tyres = Verifier([TYRES], question="what's the boot capacity in litres?")
+    assert not tyres.check("The answer is: 290.").ok  # 290 is a tyre pressure, not a boot volume
 
 
 def test_a_correct_paraphrase_without_numbers_passes():

@@ -63,6 +63,7 @@ class Verifier:
         one); an answer that uses them anyway is the model bending a passage to the question."""
         self.index = FactIndex.of([*passages, question])
         self.missing = set(unknown)
+        self.question_terms = terms(_without_facts(question))
         self.sentences = [_Source(FactIndex.of([s]), terms(_without_facts(s)))
                           for text in [*passages, question] for s in split_sentences(text) if s.strip()]
 
@@ -79,8 +80,10 @@ class Verifier:
         facts taken out) must share a term with a source sentence that states the number."""
         if fact.kind != "number":
             return True
-        own = terms(_without_facts(sentence))
-        if len(own) < 2:  # "About 30 minutes.", "That takes half an hour.": too little to judge
+        own = terms(_without_facts(sentence)) - {"answe"}
+        if len(own) < 2:  # "The answer is 290.": the number is said about what the question asks
+            own = self.question_terms
+        if not own:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & s.terms for s in sources)
