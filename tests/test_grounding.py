@@ -68,6 +68,8 @@ def test_the_question_is_a_source_and_refusals_are_recognised():
     verifier = Verifier([TOWING], question="Can I tow 2,000 kg?")
     assert verifier.check("No: 2000 kg is more than the 1,500 kg the car can tow.").ok
     assert verifier.check("I don't know.").refusal
+    massage = Verifier([TPMS], question="how do I switch on the massage function?")
+    assert not massage.check("Open Settings, then Vehicle, and select Massage.").ok  # not a number: no echo
     assert Verifier([FAST_ZH]).check("资料里没有提到这个问题。").refusal
 
 

@@ -3,8 +3,8 @@
     sentence ─► extract_facts ─► each fact looked up in FactIndex(passages + the question)
              ─► Check(supported, unsupported)
 
-A sentence that uses a word of the question no passage contains is off topic. The question counts as a source: an answer may repeat the driver's own numbers ("2,000 kg is more
-than the limit") without inventing them. Refusals are recognised here too, so a model that says it
+A sentence that uses a word of the question no passage contains is off topic. The question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg
+is more than the limit") without inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that says it
 does not know is taken at its word.
 """
 
@@ -62,6 +62,8 @@ class Verifier:
         """`unknown`: terms of the question the knowledge base never uses ("sunroof" in a KB without
         one); an answer that uses them anyway is the model bending a passage to the question."""
         self.index = FactIndex.of([*passages, question])
+        # a control or menu item must exist in the passages: the driver naming one does not make it real
+        self.names = FactIndex.of(passages)
         self.missing = set(unknown)
         self.question_terms = terms(_without_facts(question))
         self.sentences = [_Source(FactIndex.of([s]), terms(_without_facts(s)))
@@ -71,8 +73,11 @@ class Verifier:
         facts = extract_facts(sentence)
         said = terms(sentence)
         off_topic = sorted(m for m in self.missing if any(t.startswith(m) or m.startswith(t) for t in said))
-        unsupported = [f for f in facts if not self.index.supports(f) or not self._in_context(f, sentence)]
+        unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, sentence)]
         return Check(sentence, facts, unsupported, bool(_REFUSAL.search(sentence)), off_topic)
+
+    def _supported(self, fact: Fact) -> bool:
+        return (self.names if fact.kind in ("name", "menu") else self.index).supports(fact)
 
     def _in_context(self, fact: Fact, sentence: str) -> bool:
         """A number must be said about what its source sentence is about: "the boot holds 4 litres" is
