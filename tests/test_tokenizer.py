@@ -19,7 +19,7 @@ from build_scripts.gguf_tokenizer import PRE_TOKENIZERS, save_tokenizer, tokeniz
 from build_scripts.weights.gguf_file import read_gguf_metadata
 from runtime.chat_template import ChatTemplate, ChatTemplateError, render_chat
 
-REFS_PATH = Path(__file__).resolve().parents[2] / "shared/fixtures/tokenizer_refs.json"
+REFS_PATH = Path(__file__).resolve().parent / "fixtures" / "tokenizer_refs.json"
 
 # packaged model key -> (fetch parts, prefix of its entry in tokenizer_refs.json, default system prompt)
 MODELS = {
@@ -45,7 +45,7 @@ def _chatml(system: str, messages: list[dict]) -> str:
 
 @pytest.fixture(scope="module")
 def refs() -> dict:
-    assert REFS_PATH.is_file(), f"missing reference ids {REFS_PATH} (shared/ must sit beside the repo)"
+    assert REFS_PATH.is_file(), f"missing reference ids {REFS_PATH}"
     return json.loads(REFS_PATH.read_text(encoding="utf-8"))["models"]
 
 
