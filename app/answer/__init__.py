@@ -1,0 +1,8 @@
+"""The grounded answer layer shared by the chat API, `hexrag ask`/`chat` and the web page.
+
+    passages.py / relevance.py   which retrieved passages an answer may use, and whether to answer at all
+    facts.py / verify.py         the hard facts of a sentence and whether the passages state them
+    extractive.py                the passage's own sentences, quoted when the model's answer fails
+    sentences.py                 streamed text cut into the sentences that are checked and released
+    pipeline.py                  plan_answer (before the model) and GroundedGeneration (on the accelerator)
+"""
