@@ -20,7 +20,7 @@ class Answer(AnswerResult):
     citations: list[Citation] = field(default_factory=list)
 
     @property
-    def ttft_s(self) -> float:
+    def first_sentence_s(self) -> float:
         return self.timings.get("first_sentence_ms", 0.0) / 1000
 
 

@@ -419,7 +419,7 @@ def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_s
     click.echo()
     for line in citation_lines(answer.citations):
         click.echo(f"  {line}")
-    click.echo(f"[TTFT {answer.ttft_s * 1000:.0f} ms on {backend}]", err=True)
+    click.echo(f"[first sentence after {answer.first_sentence_s * 1000:.0f} ms on {backend}]", err=True)
     if no_serve:
         return
     import uvicorn
