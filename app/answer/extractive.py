@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from app.answer.facts import extract_facts
+from app.answer.facts import extract_facts, states_quantity
 from app.answer.relevance import coverage, terms
 from app.answer.sentences import split_sentences
 
@@ -27,10 +27,6 @@ _SAFETY = re.compile(r"\b(?:never|do not|don't|must not|always|warning|danger)\b
 
 def asks_quantity(question: str) -> bool:
     return bool(_QUANTITY.search(question))
-
-
-def _has_number(sentence: str) -> bool:
-    return any(f.kind in ("number", "phone", "code") for f in extract_facts(sentence))
 
 
 def extract_answer(question: str, passage: str, similarity: Similarity | None = None,
@@ -48,11 +44,11 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
     phone = bool(_PHONE_QUESTION.search(question))
 
     def score(i: int) -> float:
-        s = sentences[i]
+        s, facts = sentences[i], extract_facts(sentences[i])
         value = (coverage(question, s) if wanted else 0.0) + cosines[i]
-        if quantity and _has_number(s):
+        if quantity and states_quantity(facts):
             value += 0.25
-        if phone and any(f.kind == "phone" for f in extract_facts(s)):
+        if phone and any(f.kind == "phone" for f in facts):
             value += 0.5
         return value - 0.01 * i  # earlier sentences win ties: FAQ answers lead with the point
 

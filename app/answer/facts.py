@@ -236,6 +236,13 @@ def extract_facts(text: str) -> list[Fact]:
     return facts
 
 
+QUANTITY_KINDS = ("number", "phone", "code")  # facts that answer "how much / which number"
+
+
+def states_quantity(facts: list[Fact]) -> bool:
+    return any(f.kind in QUANTITY_KINDS for f in facts)
+
+
 @dataclass
 class FactIndex:
     """What a set of passages states, for support checks."""

@@ -7,8 +7,8 @@
     ─► passages (one FAQ entry, or a budget)        │               quantity question until a number comes)
     ─► prompt ids + the extractive answer           ├─ "I don't know" ─► refuse
                                                     └─ unsupported / empty ─► stop the model, then
-                                                       the extractive answer (retrieval confident)
-                                                       or "I don't know"
+                                                       the extractive answer (unless the question
+                                                       names what the KB lacks) or "I don't know"
 
 Only verified sentences are ever released, streamed or not, so the two are the same text.
 """
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.answer.extractive import asks_quantity, extract_answer
-from app.answer.facts import extract_facts
+from app.answer.facts import extract_facts, states_quantity
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
                                  with_passages)
 from app.answer.relevance import Confidence, term_words, terms
@@ -206,11 +206,6 @@ class GroundedGeneration:
     def __iter__(self) -> Iterator[str]:
         self.result = yield from self._run()
 
-    def run(self) -> AnswerResult:
-        for _ in self:
-            pass
-        return self.result
-
     # ---- output
     def _emit(self, sentence: str) -> Iterator[str]:
         core = sentence.rstrip()
@@ -249,12 +244,12 @@ class GroundedGeneration:
         # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
         topic = plan.unknown_terms if len(plan.unknown_terms) * 3 >= len(terms(plan.question)) else set()
         verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question, topic)
-        need_number = asks_quantity(plan.question) and _has_number(plan.extractive)
+        need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
         gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
                                 stop=self.stop, cancel=self.cancel)
-        stream, held, released, unsupported = SentenceStream(), [], [], []
+        held, released, unsupported = [], [], []
         verdict, marker = None, ""
-        sentences = _sentences(gen, stream)
+        sentences = _sentences(gen)
         for sentence in sentences:
             if is_list_marker(sentence):
                 marker += sentence  # "1. " belongs to the sentence after it
@@ -275,7 +270,7 @@ class GroundedGeneration:
                 verdict = "unsupported"
                 break
             held.append(check)
-            if need_number and not any(f.kind in ("number", "phone", "code") for h in held for f in h.facts):
+            if need_number and not states_quantity([f for h in held for f in h.facts]):
                 continue  # a quantity question: hold back until the answer states one
             for h in held:
                 yield from self._emit(h.text)
@@ -302,7 +297,6 @@ class GroundedGeneration:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
         why = ("the model stated facts the passages do not support" if verdict == "unsupported" else
-
                "the model's answer stated no number for a quantity question" if held else
                "the model gave no answer")
         if plan.extractive and not plan.unknown_terms:
@@ -319,7 +313,7 @@ class GroundedGeneration:
         gen = self.llm.generate(self.plan.prompt_ids, max_new_tokens=self.plan.max_tokens, sampling=self.sampling,
                                 stop=self.stop, cancel=self.cancel)
         if self.plan.voice:
-            for sentence in _sentences(gen, SentenceStream()):
+            for sentence in _sentences(gen):
                 if not is_list_marker(sentence):
                     yield from self._emit(sentence)
         else:
@@ -331,11 +325,8 @@ class GroundedGeneration:
         return self._finish(r.finish_reason, r.completion_tokens, None)
 
 
-def _has_number(text: str) -> bool:
-    return any(f.kind in ("number", "phone", "code") for f in extract_facts(text))
-
-
-def _sentences(gen, stream: SentenceStream) -> Iterator[str]:
+def _sentences(gen) -> Iterator[str]:
+    stream = SentenceStream()
     for delta in gen:
         yield from stream.push(delta.text)
     yield from stream.flush()

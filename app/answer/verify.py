@@ -92,7 +92,3 @@ class Verifier:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & s.terms for s in sources)
-
-
-    def unsupported(self, text: str) -> list[Fact]:
-        return self.check(text).unsupported

@@ -150,7 +150,7 @@ def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = F
         row["decision"] = answer.grounding.decision if answer.grounding else None
         row["first_sentence_ms"] = answer.timings.get("first_sentence_ms")
         rows.append(row)
-    failing = [r for r in rows if r["grade"] not in ("correct",) and not (r["refused"] and not r["answerable"])]
+    failing = [r for r in rows if r["grade"] != "correct" and not (r["refused"] and not r["answerable"])]
     return {**summarize(rows), "failing": failing, "rows": rows}
 
 
