@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Tokenizer
 
 from runtime.chat_template import ChatTemplate
@@ -140,7 +139,7 @@ class LLM:
             logits = dec.feed(prompt[cached:])
             prefill_s = time.perf_counter() - start
 
-            rng = np.random.default_rng(sampling.seed)
+            rng = sampling.rng()
             detok = IncrementalDetokenizer(self.tokenizer)
             stop_filter = StopStringFilter(stops)
             history = list(prompt)

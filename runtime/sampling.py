@@ -1,7 +1,13 @@
-"""Next-token sampling: a pure function of logits, parameters, history and an RNG."""
+"""Next-token sampling: a pure function of logits, parameters, history and an RNG.
+
+Any finite parameters within the checked ranges give a valid distribution: the logits are shifted
+so the largest is 0 *before* the temperature divides them (a tiny temperature then sends the others
+to -inf, not inf - inf = NaN), and non-finite logits never reach the softmax.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,18 +20,21 @@ class SamplingParams:
     top_k: int = 0  # 0: no limit
     top_p: float = 1.0
     repetition_penalty: float = 1.0  # >1 discourages tokens seen in the last `penalty_window` tokens
-    seed: int | None = None
+    seed: int | None = None  # any integer: taken modulo 2**64, the generator's seed range (so -1 works)
     penalty_window: int = 64  # as llama.cpp: recent tokens only, so a RAG answer may still quote its context
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be finite and >= 0, got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
+        if not 0 < self.top_p <= 1:  # False for NaN too
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ValueError(f"repetition_penalty must be finite and > 0, got {self.repetition_penalty}")
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng(None if self.seed is None else self.seed % 2**64)
 
     @property
     def greedy(self) -> bool:
@@ -45,16 +54,23 @@ def apply_repetition_penalty(logits: np.ndarray, history: Sequence[int], penalty
 
 def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
                 history: Sequence[int] = ()) -> int:
+    with np.errstate(over="ignore"):  # overflow to +-inf is expected here and handled
+        return _sample(np.asarray(logits, dtype=np.float64), params, rng, history)
+
+
+def _sample(x: np.ndarray, params: SamplingParams, rng: np.random.Generator, history: Sequence[int]) -> int:
     recent = history[-params.penalty_window:] if params.penalty_window else ()
-    x = apply_repetition_penalty(np.asarray(logits, dtype=np.float64), recent, params.repetition_penalty)
-    if params.greedy:
+    x = apply_repetition_penalty(x, recent, params.repetition_penalty)
+    # a huge penalty or a broken graph may give inf/NaN logits: NaN is never picked, inf is clipped
+    x = np.nan_to_num(x, nan=-np.inf, posinf=np.finfo(np.float64).max, neginf=-np.inf)
+    if params.greedy or not np.isfinite(x.max()):
         return int(np.argmax(x))
-    x = x / params.temperature
     if 0 < params.top_k < x.size:
         kth = np.partition(x, -params.top_k)[-params.top_k]
         x = np.where(x >= kth, x, -np.inf)
-    probs = np.exp(x - x.max())
-    probs /= probs.sum()
+    # shift first: every value is <= 0, so any positive temperature keeps them in [-inf, 0]
+    probs = np.exp((x - x.max()) / params.temperature)
+    probs /= probs.sum()  # >= 1: the largest logit contributes exp(0)
     if params.top_p < 1.0:
         order = np.argsort(-probs)
         cumulative = np.cumsum(probs[order])

@@ -59,3 +59,34 @@ def test_stop_filter_holds_back_partial_matches_and_never_emits_the_stop():
 def test_stop_filter_earliest_match_wins():
     f = StopStringFilter(["b", "abc"])
     assert f.push("xxabc") == "xx"  # "abc" starts before "b"
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1e-320, seed=0),
+                                    SamplingParams(temperature=1.0, repetition_penalty=5e-324, seed=0),
+                                    SamplingParams(temperature=1e-320, repetition_penalty=1e300, seed=0)])
+def test_extreme_but_valid_params_give_a_token_never_nan(params):
+    # the logits of seen tokens become inf/0 and a tiny temperature overflows a naive softmax
+    with np.errstate(invalid="raise"):  # NaN anywhere raises
+        tokens = {sample_next(LOGITS, params, params.rng(), [1, 3]) for _ in range(50)}
+    assert tokens <= set(range(LOGITS.size)) and len(tokens) == 1
+
+
+def test_non_finite_logits_are_never_sampled():
+    logits = np.array([np.nan, 1.0, np.inf, -np.inf, 0.0])
+    params = SamplingParams(temperature=1.0, seed=0)
+    assert {sample_next(logits, params, params.rng()) for _ in range(50)} == {2}
+    assert sample_next(np.full(3, np.nan), params, params.rng()) in (0, 1, 2)
+
+
+@pytest.mark.parametrize("seed,same_as", [(-1, 2**64 - 1), (2**64 + 5, 5), (2**200, 0)])
+def test_any_integer_seed_maps_into_the_generator_range(seed, same_as):
+    draw = lambda s: SamplingParams(temperature=1.0, seed=s).rng().integers(1 << 30, size=4).tolist()
+    assert draw(seed) == draw(same_as)
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=float("inf")), dict(temperature=float("nan")),
+                                 dict(top_p=float("nan")), dict(repetition_penalty=float("inf")),
+                                 dict(repetition_penalty=float("nan"))])
+def test_non_finite_params_are_rejected(bad):
+    with pytest.raises(ValueError):
+        SamplingParams(**bad)
