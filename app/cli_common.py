@@ -8,14 +8,11 @@ import sys
 import click
 
 from app.bench.errors import BenchError
+from app.errors import DOMAIN_ERRORS
 from build_scripts.errors import BuildError
-from knowledge.errors import KnowledgeError
-from models.manifest import ManifestError
-from runtime.chat_template import ChatTemplateError
-from runtime.errors import ContextOverflowError, RuntimeModelError
 
-USER_ERRORS = (BuildError, ManifestError, RuntimeModelError, ContextOverflowError, KnowledgeError,
-               ChatTemplateError, BenchError, OSError)
+# the library's typed errors (the API maps the same table to status codes) and the CLI's own
+USER_ERRORS = (*DOMAIN_ERRORS, BuildError, BenchError, OSError)
 
 
 def friendly(fn):

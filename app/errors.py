@@ -1,17 +1,41 @@
-"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, never a traceback."""
+"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, never a traceback.
+
+`DOMAIN_ERRORS` is the one table from the library's typed exceptions to an HTTP status and an
+OpenAI error code; the API's exception handlers and its streams use it, and the CLI prints the same
+exceptions as one-line messages. fastapi is imported only by `install`, so the CLI can share the
+table without loading the web framework.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
+from typing import NamedTuple
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from pydantic import BaseModel
+from starlette.responses import JSONResponse
 
-from runtime.errors import ContextOverflowError
+from knowledge.errors import (EmbedderMismatchError, EmbedderRequiredError, IngestError, KnowledgeBaseCorruptError,
+                              KnowledgeError, UnknownDocumentError)
+from models.manifest import ManifestError
+from runtime.chat_template import ChatTemplateError
+from runtime.errors import ContextOverflowError, RuntimeModelError
 
 log = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error response (and of the `error` event that ends a failed stream)."""
+
+    error: ErrorDetail
 
 
 class APIError(Exception):
@@ -27,7 +51,56 @@ class APIError(Exception):
                           **self.extra}}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+        return _ASCIIJSON(self.body(), status_code=self.status, headers=self.headers)
+
+
+class _ASCIIJSON(JSONResponse):
+    # an error may quote the client's text, which can hold lone surrogates: escape them, never fail
+    def render(self, content) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode()
+
+
+class Mapping(NamedTuple):
+    status: int
+    code: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+
+
+_UNAVAILABLE = "server_error"
+# looked up along the exception's class hierarchy: the most specific entry wins
+DOMAIN_ERRORS: dict[type[Exception], Mapping] = {
+    ContextOverflowError: Mapping(400, "context_length_exceeded", param="messages"),
+    ChatTemplateError: Mapping(400, "invalid_request", param="messages"),  # the model's template refused them
+    UnknownDocumentError: Mapping(404, "document_not_found", param="source"),
+    IngestError: Mapping(400, "ingest_failed", param="file"),
+    EmbedderRequiredError: Mapping(400, "invalid_request", param="mode"),
+    EmbedderMismatchError: Mapping(503, "knowledge_unavailable", _UNAVAILABLE),
+    KnowledgeBaseCorruptError: Mapping(503, "knowledge_unavailable", _UNAVAILABLE),
+    KnowledgeError: Mapping(400, "invalid_request"),
+    RuntimeModelError: Mapping(503, "model_unavailable", _UNAVAILABLE),
+    ManifestError: Mapping(503, "model_unavailable", _UNAVAILABLE),
+}
+
+
+def from_domain(e: Exception) -> APIError | None:
+    """The API error for a typed library exception, None for anything else (a bug: 500)."""
+    mapping = next((DOMAIN_ERRORS[c] for c in type(e).__mro__ if c in DOMAIN_ERRORS), None)
+    if mapping is None:
+        return None
+    if isinstance(e, ContextOverflowError):
+        return context_exceeded(e)
+    return APIError(mapping.status, str(e), mapping.code, mapping.type, mapping.param)
+
+
+def as_api_error(e: Exception) -> APIError:
+    """Any exception as an API error; unexpected ones are logged and say only 'internal server error'."""
+    if isinstance(e, APIError):
+        return e
+    if (api := from_domain(e)) is not None:
+        return api
+    log.error("unhandled error", exc_info=e)
+    return APIError(500, "internal server error", "internal_error", type_="server_error")
 
 
 def overloaded(retry_after: int, status: int = 429) -> APIError:
@@ -41,28 +114,48 @@ def context_exceeded(e: ContextOverflowError) -> APIError:
                     "context_length_exceeded", param="messages", prompt_tokens=e.prompt_tokens, context=e.context)
 
 
-def install(app: FastAPI) -> None:
+# validation errors raised on purpose carry their own code; among a union's per-branch errors the
+# one that is not a plain type mismatch with another branch says what is wrong
+_CODED = {"unsupported_parameter": "unsupported_parameter", "invalid_text": "invalid_request"}
+_NAME = re.compile(r"^\w+$")  # drops pydantic's union tags ("list[ContentPart]") from locations
+
+
+def _invalid(errors: list[dict]) -> APIError:
+    first = (next((e for e in errors if e.get("type") in _CODED), None)
+             or next((e for e in errors if not str(e.get("type", "")).endswith("_type")), None)
+             or (errors[0] if errors else {}))
+    loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and (isinstance(p, int) or _NAME.match(p)))
+    return APIError(400, f"{loc or 'request'}: {first.get('msg', 'invalid request')}",
+                    _CODED.get(first.get("type"), "invalid_request"), param=loc or None)
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+def install(app) -> None:
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
     @app.exception_handler(APIError)
     async def _api_error(_: Request, e: APIError):
         return e.response()
 
-    @app.exception_handler(ContextOverflowError)
-    async def _overflow(_: Request, e: ContextOverflowError):
-        return context_exceeded(e).response()
+    for cls in DOMAIN_ERRORS:
+        @app.exception_handler(cls)
+        async def _domain(_: Request, e: Exception):
+            return as_api_error(e).response()
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError):
-        first = e.errors()[0] if e.errors() else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return APIError(400, f"{loc or 'request'}: {first.get('msg', 'invalid request')}", "invalid_request",
-                        param=loc or None).response()
+    async def _validation(_: Request, e: RequestValidationError):
+        return _invalid(list(e.errors())).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException):
-        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(e.status_code, "http_error")
-        return APIError(e.status_code, str(e.detail), code).response()
+        # keeps the framework's headers: a 405 says which methods are allowed
+        return APIError(e.status_code, str(e.detail), _HTTP_CODES.get(e.status_code, "http_error"),
+                        headers=dict(e.headers or {})).response()
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, e: Exception):
-        log.exception("unhandled error")
-        return APIError(500, "internal server error", "internal_error", type_="server_error").response()
+        return as_api_error(e).response()
