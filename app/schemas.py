@@ -1,22 +1,54 @@
-"""Request and response bodies of the OpenAI-compatible API (plus hexrag's extensions)."""
+"""Request and response bodies of the OpenAI-compatible API (plus hexrag's extensions).
+
+OpenAI fields hexrag cannot honour are declared with the only values it accepts (what clients send
+by default), so the OpenAPI document says so and any other value is refused with the error code
+`unsupported_parameter` instead of being silently ignored.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
+from pydantic_core import PydanticCustomError
+
+MAX_EMBEDDING_INPUTS = 256  # texts per embeddings request
+
+
+def _unicode(text: str) -> str:
+    # JSON may escape a lone surrogate ("\ud800"): not Unicode text, and no tokenizer takes it
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError("invalid_text", "text must be valid Unicode (it holds a lone surrogate)") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+
+
+def unsupported(allowed: Any, why: str) -> Any:
+    """`allowed` (the harmless values) or a validation error of type `unsupported_parameter`."""
+
+    def refuse(value, handler):
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError("unsupported_parameter", f"not supported: {why}") from None
+
+    return Annotated[allowed, WrapValidator(refuse), Field(description=f"Not supported: {why}.")]
 
 
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    type: str
-    text: str | None = None
+    type: unsupported(Literal["text"], "content other than text (images, audio, files)")
+    text: Text | None = None
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: Text | list[ContentPart] | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -28,8 +60,8 @@ class KnowledgeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     k: int = Field(default=4, ge=1, le=20)
     mode: Literal["dense", "bm25", "hybrid"] = "hybrid"
-    min_score: float | None = None
-    sources: list[str] | None = None
+    min_score: float | None = Field(default=None, allow_inf_nan=False)
+    sources: list[Text] | None = None
 
 
 class StreamOptions(BaseModel):
@@ -37,41 +69,49 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class TextFormat(BaseModel):
+    type: Literal["text"]
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else (stop or [])
+
+
 class ChatRequest(BaseModel):
-    # unknown OpenAI fields (user, logprobs, ...) are accepted and ignored, as local servers do
+    # other unknown fields (user, metadata, store, ...) change nothing about the answer: ignored
     model_config = ConfigDict(extra="ignore")
-    model: str = "hexrag"
+    model: Text = "hexrag"
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
     top_k: int | None = Field(default=None, ge=0)
-    repetition_penalty: float | None = Field(default=None, gt=0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int = 1
+    repetition_penalty: float | None = Field(default=None, ge=0.01, le=10, allow_inf_nan=False)
+    seed: int | None = Field(default=None, description="Any integer; taken modulo 2**64 (so -1 is valid).")
+    stop: Annotated[Text | Annotated[list[Text], Field(max_length=4)] | None, AfterValidator(_stops)] = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # OpenAI fields accepted only with their harmless values
+    n: unsupported(Literal[1], "n other than 1 (one generation at a time)") = 1
+    tools: unsupported(None, "no function calling") = None
+    tool_choice: unsupported(Literal["none"] | None, "no function calling") = None
+    functions: unsupported(None, "no function calling") = None
+    function_call: unsupported(Literal["none"] | None, "no function calling") = None
+    response_format: unsupported(TextFormat | None, "formats other than text") = None
+    logprobs: unsupported(Literal[False] | None, "no log probabilities") = None
+    top_logprobs: unsupported(Literal[0] | None, "no log probabilities") = None
+    logit_bias: unsupported(Annotated[dict, Field(max_length=0)] | None, "no logit bias") = None
+    frequency_penalty: unsupported(Annotated[float, Field(ge=0, le=0)] | None,
+                                   "use repetition_penalty") = None
+    presence_penalty: unsupported(Annotated[float, Field(ge=0, le=0)] | None,
+                                  "use repetition_penalty") = None
+    modalities: unsupported(list[Literal["text"]] | None, "modalities other than text") = None
+    audio: unsupported(None, "no audio output") = None
     # hexrag extensions
     rag: bool = True
     knowledge: KnowledgeOptions | None = None
     voice: bool = False
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError("only n=1 is supported (one generation at a time on the accelerator)")
-        return n
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, stop):
-        stops = [stop] if isinstance(stop, str) else (stop or [])
-        if len(stops) > 4:
-            raise ValueError("at most 4 stop sequences")
-        return stops
 
 
 class Citation(BaseModel):
@@ -95,24 +135,23 @@ class Grounding(BaseModel):
     unsupported: list[str] = Field(default_factory=list)  # facts the model stated without support (not sent)
 
 
+def _texts(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str | None = None
-    input: str | list[str] = Field(...)
+    model: Text | None = None
+    input: Annotated[Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)],
+                     AfterValidator(_texts)] = Field(description="A string or a non-empty list of strings "
+                                                                 f"(at most {MAX_EMBEDDING_INPUTS}).")
     encoding_format: Literal["float", "base64"] = "float"
-
-    @field_validator("input")
-    @classmethod
-    def _non_empty(cls, value):
-        texts = [value] if isinstance(value, str) else value
-        if not texts or any(not isinstance(t, str) for t in texts):
-            raise ValueError("input must be a string or a non-empty list of strings")
-        return texts
+    dimensions: unsupported(None, "the embedder's vectors have one fixed size") = None
 
 
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1)
+    query: Text = Field(min_length=1)
     k: int = Field(default=5, ge=1, le=50)
     mode: Literal["dense", "bm25", "hybrid"] = "hybrid"
-    min_score: float | None = None
+    min_score: float | None = Field(default=None, allow_inf_nan=False)
