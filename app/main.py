@@ -7,8 +7,9 @@ import contextlib
 
 from fastapi import FastAPI
 
-from app import errors
+from app import errors, openapi
 from app.accelerator import Accelerator
+from app.body_limit import BodyLimit
 from app.routers import chat, embeddings, health, knowledge, models, web
 from app.settings import Settings
 from app.state import AppState
@@ -27,9 +28,19 @@ def create_app(settings: Settings | None = None, load: bool = True) -> FastAPI:
         if loading is not None:
             await loading
 
-    app = FastAPI(title="hexrag", version="0.1.0", lifespan=lifespan,
+    # Swagger UI and ReDoc load from a CDN: off unless asked for (HEXRAG_DOCS), the server works offline
+    docs = {} if settings.docs else {"docs_url": None, "redoc_url": None}
+    app = FastAPI(title="hexrag", version="0.1.0", lifespan=lifespan, **docs,
                   description="On-device retrieval-augmented chat: OpenAI-compatible API")
     errors.install(app)
-    for router in (health.router, models.router, chat.router, embeddings.router, knowledge.router, web.router):
-        app.include_router(router)
+    # uploads have their own per-file limit (max_upload_bytes)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes, exempt=("/v1/knowledge/documents",))
+    v1 = openapi.errors_doc(401, 503)  # every /v1 route: the API key, and models still loading
+    app.include_router(health.router)
+    app.include_router(web.router)
+    for router in (models.router, chat.router, embeddings.router):
+        app.include_router(router, responses=v1)
+    # the statuses the knowledge handlers return
+    app.include_router(knowledge.router, responses=v1 | openapi.errors_doc(400, 404, 413, 415))
+    openapi.document(app)
     return app

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     queue_timeout_s: float = 30.0  # longest wait for the accelerator before a 503
     request_timeout_s: float = 120.0  # a generation running longer is cancelled
     max_upload_bytes: int = 10 * 1024 * 1024
+    max_request_bytes: int = 1024 * 1024  # chat and embeddings request bodies
+    docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
 
     rag_k: int = 4
     rag_min_score: float | None = None  # None: the knowledge base's calibrated default

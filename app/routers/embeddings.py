@@ -9,13 +9,14 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.deps import Ready, check_api_key
 from app.errors import APIError
+from app.openapi import errors_doc
 from app.schemas import EmbeddingRequest
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
 EMBED_MODEL = "hexrag-embed"
 
 
-@router.post("/embeddings")
+@router.post("/embeddings", responses=errors_doc(400, 404, 413))
 async def embeddings(req: EmbeddingRequest, state: Ready):
     embedder = state.embedder
     name = embedder.manifest.name

@@ -10,7 +10,13 @@ from app.deps import State
 router = APIRouter()
 
 
-@router.get("/health")
+_LOADING = {"description": "Models still loading (`status: loading`, with Retry-After) or failed to load "
+                           "(`status: error` and the reason)",
+            "content": {"application/json": {"schema": {"type": "object", "properties": {
+                "status": {"type": "string", "enum": ["loading", "error"]}, "error": {"type": "string"}}}}}}
+
+
+@router.get("/health", responses={503: _LOADING})
 async def health(state: State):
     if state.status != "ready":
         body = {"status": state.status} | ({"error": state.error} if state.error else {})

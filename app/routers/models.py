@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends
 
 from app.deps import Ready, check_api_key
 from app.errors import APIError
+from app.openapi import errors_doc
 from app.routers.embeddings import EMBED_MODEL
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
@@ -25,7 +26,7 @@ async def list_models(state: Ready):
     return {"object": "list", "data": [_card(m, created) for m in _ids(state)]}
 
 
-@router.get("/models/{model_id}")
+@router.get("/models/{model_id}", responses=errors_doc(404))
 async def get_model(model_id: str, state: Ready):
     if model_id not in _ids(state):
         raise APIError(404, f"The model '{model_id}' does not exist", "model_not_found", param="model")
