@@ -141,7 +141,7 @@ def test_embeddings_match_the_library(client, minilm_build):
 
 @pytest.mark.parametrize("body,status,code", [
     ({"model": "hexrag"}, 400, "invalid_request"),
-    ({"model": "hexrag", "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "invalid_request"),
+    ({"model": "hexrag", "messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "unsupported_parameter"),
     ({"model": "hexrag", "messages": [{"role": "wizard", "content": "hi"}]}, 400, "invalid_request"),
     ({"model": "hexrag", "messages": [{"role": "user", "content": "hi"}], "temperature": 9}, 400, "invalid_request"),
     ({"model": "gpt-17", "messages": [{"role": "user", "content": "hi"}]}, 404, "model_not_found"),
@@ -205,6 +205,39 @@ def test_disconnect_mid_stream_frees_the_accelerator(server):
                        json={"model": "hexrag", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                              "rag": False})
     assert quick.status_code == 200
+
+
+@pytest.mark.slow
+def test_disconnect_cancels_a_non_streaming_request(server):
+    body = {"model": "hexrag", "messages": [{"role": "user", "content": "Tell me a long story about a car."}],
+            "max_tokens": 120, "rag": False}
+    started = time.monotonic()
+    full = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=120).json()
+    full_s = time.monotonic() - started
+    assert full["usage"]["completion_tokens"] == 120  # the answer runs to its limit: several seconds
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.5))
+    left = time.monotonic()
+    quick = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                       json={"model": "hexrag", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                             "rag": False})
+    assert quick.status_code == 200
+    # had the abandoned answer run on, this request would have waited for the rest of it
+    assert time.monotonic() - left < full_s / 2, (time.monotonic() - left, full_s)
+
+
+def test_openai_client_default_fields_and_refusals(client):
+    r = client.chat.completions.create(model="hexrag", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       n=1, logprobs=False, response_format={"type": "text"}, user="driver-1",
+                                       extra_body={"rag": False})
+    assert r.choices[0].message.role == "assistant"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="hexrag", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    assert refused.value.code == "unsupported_parameter" and refused.value.param == "tools"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.embeddings.create(model="hexrag-embed", input="tyre", dimensions=8)
+    assert refused.value.code == "unsupported_parameter"
 
 
 def test_upload_search_list_delete(server, tmp_path):

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from app.accelerator import Reservation
 from app.answer.pipeline import AnswerPlan, AnswerResult, GroundedGeneration, plan_answer
 from app.deps import Ready, check_api_key
-from app.errors import APIError
+from app.errors import APIError, as_api_error
+from app.openapi import errors_doc
 from app.schemas import ChatRequest
 from app.state import AppState
 from runtime.sampling import SamplingParams
@@ -78,8 +81,14 @@ class _Completion:
         return f"data: {json.dumps(body)}\n\n"
 
 
-@router.post("/chat/completions")
-async def chat_completions(req: ChatRequest, state: Ready):
+_STREAM_DOC = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+               "description": "A chat.completion object, or with `stream: true` server-sent events: "
+                              "chat.completion.chunk objects, an `error` object if the generation fails, "
+                              "then `[DONE]`."}
+
+
+@router.post("/chat/completions", responses={200: _STREAM_DOC, **errors_doc(400, 404, 413, 429)})
+async def chat_completions(req: ChatRequest, state: Ready, request: Request):
     if req.model not in state.model_ids:
         raise APIError(404, f"The model '{req.model}' does not exist; see GET /v1/models", "model_not_found",
                        param="model")
@@ -96,25 +105,54 @@ async def chat_completions(req: ChatRequest, state: Ready):
             return StreamingResponse(_sse(completion, _replay([*pieces, gen.result]), None, False),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         return JSONResponse(completion.response(gen.result))
-    reservation = await state.accelerator.acquire()
 
     def start(cancel):
         return GroundedGeneration(state.llm, plan, sampling, stop=req.stop, cancel=cancel)
 
+    if not req.stream:
+        return await _unless_disconnected(request, _complete(state, completion, start))
+    reservation = await state.accelerator.acquire()  # before the 200, so a full queue is a 429
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
     events = state.accelerator.stream(start, s.request_timeout_s)
-    if req.stream:
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return StreamingResponse(_sse(completion, events, reservation, include_usage),
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
-                                 background=BackgroundTask(reservation.release))
+    return StreamingResponse(_sse(completion, events, reservation, include_usage),
+                             media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
+                             background=BackgroundTask(reservation.release))
+
+
+async def _complete(state: AppState, completion: _Completion, start) -> JSONResponse:
+    reservation = await state.accelerator.acquire()
     try:
         result = None
-        async for item in events:
+        async for item in state.accelerator.stream(start, state.settings.request_timeout_s):
             if isinstance(item, AnswerResult):
                 result = item
     finally:
         reservation.release()
     return JSONResponse(completion.response(result))
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[Response]) -> Response:
+    """Run `work`; when the client hangs up first, cancel it: a waiting request leaves the queue and a
+    running generation stops within one step, so the accelerator goes to the next client."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    # the body is read already: the next message is the disconnect (or the end of the response)
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _replay(items: list) -> AsyncIterator:
@@ -127,13 +165,16 @@ async def _sse(completion: _Completion, events: AsyncIterator, reservation: Rese
     """Pieces are verified sentences (or, for a plain chat, the model's deltas); the grounding comes last."""
     try:
         yield completion.chunk({"role": "assistant", "content": ""}, citations=completion.citations)
-        async for item in events:
-            if isinstance(item, AnswerResult):
-                yield completion.chunk({}, _FINISH[item.finish_reason], grounding=completion.grounding(item))
-                if include_usage:
-                    yield completion.usage_chunk(item)
-            elif item:
-                yield completion.chunk({"content": item})
+        try:
+            async for item in events:
+                if isinstance(item, AnswerResult):
+                    yield completion.chunk({}, _FINISH[item.finish_reason], grounding=completion.grounding(item))
+                    if include_usage:
+                        yield completion.usage_chunk(item)
+                elif item:
+                    yield completion.chunk({"content": item})
+        except Exception as e:  # the 200 is sent: the client learns of the failure from an event
+            yield f"data: {json.dumps(as_api_error(e).body())}\n\n"
         yield "data: [DONE]\n\n"
     finally:
         try:
