@@ -83,35 +83,26 @@ DOMAIN_ERRORS: dict[type[Exception], Mapping] = {
 }
 
 
-def from_domain(e: Exception) -> APIError | None:
-    """The API error for a typed library exception, None for anything else (a bug: 500)."""
-    mapping = next((DOMAIN_ERRORS[c] for c in type(e).__mro__ if c in DOMAIN_ERRORS), None)
-    if mapping is None:
-        return None
-    if isinstance(e, ContextOverflowError):
-        return context_exceeded(e)
-    return APIError(mapping.status, str(e), mapping.code, mapping.type, mapping.param)
-
-
 def as_api_error(e: Exception) -> APIError:
-    """Any exception as an API error; unexpected ones are logged and say only 'internal server error'."""
+    """Any exception as an API error: typed library errors by the table; anything else is a bug,
+    logged, and the client hears only 'internal server error'."""
     if isinstance(e, APIError):
         return e
-    if (api := from_domain(e)) is not None:
-        return api
-    log.error("unhandled error", exc_info=e)
-    return APIError(500, "internal server error", "internal_error", type_="server_error")
+    mapping = next((DOMAIN_ERRORS[c] for c in type(e).__mro__ if c in DOMAIN_ERRORS), None)
+    if mapping is None:
+        log.error("unhandled error", exc_info=e)
+        return APIError(500, "internal server error", "internal_error", type_="server_error")
+    message, extra = str(e), {}
+    if isinstance(e, ContextOverflowError):  # OpenAI's wording, and the numbers a client needs to trim
+        message = (f"This model's maximum context length is {e.context} tokens; the request needs "
+                   f"{e.prompt_tokens} prompt tokens plus room for the answer.")
+        extra = {"prompt_tokens": e.prompt_tokens, "context": e.context}
+    return APIError(mapping.status, message, mapping.code, mapping.type, mapping.param, **extra)
 
 
 def overloaded(retry_after: int, status: int = 429) -> APIError:
     return APIError(status, "the accelerator is busy; retry later", "overloaded" if status == 429 else "unavailable",
                     type_="server_busy", headers={"Retry-After": str(retry_after)})
-
-
-def context_exceeded(e: ContextOverflowError) -> APIError:
-    return APIError(400, f"This model's maximum context length is {e.context} tokens; the request needs "
-                         f"{e.prompt_tokens} prompt tokens plus room for the answer.",
-                    "context_length_exceeded", param="messages", prompt_tokens=e.prompt_tokens, context=e.context)
 
 
 # validation errors raised on purpose carry their own code; among a union's per-branch errors the
