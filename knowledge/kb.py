@@ -18,7 +18,7 @@ from knowledge import index as vindex
 from knowledge.chunking import Chunker
 from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
 from knowledge.fusion import reciprocal_rank_fusion
-from knowledge.ingest import IngestReport, run_ingest
+from knowledge.ingest import MAX_FILE_BYTES, IngestReport, run_ingest
 from knowledge.lexical import search_bm25
 from knowledge.paths import default_kb_dir
 from knowledge.retrieval import DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, Hit
@@ -182,16 +182,19 @@ class KnowledgeBase:
             self._index_dirty = False
 
     # ---- writing
-    def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True) -> IngestReport:
+    def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True,
+               max_file_bytes: int = MAX_FILE_BYTES) -> IngestReport:
         """Add new files, replace changed ones, skip unchanged ones; with `prune`, forget files that
-        disappeared from an ingested folder. Unreadable files are reported in `failed`, not raised."""
+        disappeared from an ingested folder. Unreadable files, files that are not regular files and
+        files over `max_file_bytes` are reported in `failed`, not raised."""
         with self._lock:
             embedder = self._need_embedder()
             if self.model_id is None:
                 self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
             self._load_index()
             try:
-                return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune)
+                return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune,
+                                  max_file_bytes)
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
                 self._save_index_if_dirty()
 
