@@ -261,17 +261,18 @@ class KnowledgeBase:
             return self.store.documents()
 
     def stats(self) -> dict[str, Any]:
-        with self._lock:
-            counts = self.store.counts()
-            try:
-                sidecar = vindex.read_sidecar(self.index_path)
-            except vindex.IndexFileError:
-                sidecar = {}
-            size = lambda p: p.stat().st_size if p.exists() else 0  # noqa: E731
-            return {**counts, "kb_dir": str(self.dir), "model_id": self.model_id,
-                    "dim": int(self.store.get_meta("dim") or 0), "index_kind": sidecar.get("kind"),
-                    "index_policy": self.index_kind, "sqlite_bytes": size(self.dir / self.DB_FILE),
-                    "index_bytes": size(self.index_path)}
+        """Counts, sizes, model and index kind. Takes no lock (a connection of its own reads the last
+        commit), so a server answers health checks while an ingest runs."""
+        counts, meta = self.store.snapshot()
+        try:
+            sidecar = vindex.read_sidecar(self.index_path)
+        except vindex.IndexFileError:
+            sidecar = {}
+        size = lambda p: p.stat().st_size if p.exists() else 0  # noqa: E731
+        return {**counts, "kb_dir": str(self.dir), "model_id": meta.get("model_id"),
+                "dim": int(meta.get("dim") or 0), "index_kind": sidecar.get("kind"),
+                "index_policy": self.index_kind, "sqlite_bytes": size(self.dir / self.DB_FILE),
+                "index_bytes": size(self.index_path)}
 
     def check(self) -> CheckReport:
         """Consistency of SQLite (documents, chunks, embeddings), both FTS indexes and the vector index."""
