@@ -1,5 +1,5 @@
-"""Uploaded files: read within the size limit, given a safe name, staged, and promoted into the KB's
-uploads folder only when their ingest succeeds (a failed re-upload leaves the good file in place)."""
+"""Uploaded files: read within the size limit, given a safe name, staged, and kept in the KB's uploads
+folder only when their ingest succeeds (a failed re-upload puts the previous file back)."""
 
 from __future__ import annotations
 
@@ -108,8 +108,9 @@ async def stage(upload: UploadFile, kb_dir: Path, limit: int) -> Path:
 
 
 def ingest_staged(kb: KnowledgeBase, staged: Path, name: str) -> IngestReport:
-    """Put a staged file in place as uploads/<name>, ingest it, and keep it only if the ingest succeeds;
-    otherwise the previous file of that name (if any) is put back. Runs on the KB's writer thread."""
+    """Move a staged file to uploads/<name> for its ingest (a document's source is its final path) and
+    keep it only if the ingest succeeds; otherwise the previous file of that name, set aside in the
+    staging folder meanwhile, is put back. Runs on the KB's writer thread, so nothing else writes there."""
     target = kb.dir / UPLOADS / name
     previous = staged.with_name(staged.name + ".previous")
     had_previous = target.exists()

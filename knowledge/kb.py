@@ -206,7 +206,10 @@ class KnowledgeBase:
 
     def _find_documents(self, source: str) -> list[DocumentRecord]:
         docs = self.store.documents()
-        resolved = str(Path(source).expanduser().resolve())
+        try:
+            resolved = str(Path(source).expanduser().resolve())
+        except (RuntimeError, ValueError):  # ~nosuchuser, a NUL byte: a path no document can have
+            return [d for d in docs if source in (d.source, d.name)]
         for key in (source, resolved):
             exact = [d for d in docs if d.source == key]
             if exact:
@@ -219,6 +222,8 @@ class KnowledgeBase:
 
     def delete(self, source: str | Path) -> list[DocumentRecord]:
         """Remove a document (by its path, its name in the KB, or a folder holding documents)."""
+        if not str(source).strip():  # it would resolve to the working directory
+            raise UnknownDocumentError("an empty source names no document")
         with self._lock:
             docs = self._find_documents(str(source))
             if not docs:

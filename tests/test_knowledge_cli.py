@@ -133,3 +133,12 @@ def test_ingest_refuses_files_over_the_size_limit(cli, docs):
     assert proc.stderr.strip() == f"failed: {docs / 'big.md'}: larger than the 1048576 byte limit"
     listed = json.loads(cli("kb", "list", "--json").stdout)
     assert sorted(d["name"] for d in listed) == ["faq.jsonl", "manual.md"]
+
+
+@pytest.mark.parametrize("source", ["", "~nosuchuser/notes.md", "notes\x01.md"])
+def test_kb_delete_of_no_document_is_a_clean_error(cli, docs, source):
+    (docs / "broken.txt").unlink()
+    assert cli("ingest", str(docs), "--quiet").returncode == 0
+    proc = cli("kb", "delete", source)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    assert len(json.loads(cli("kb", "list", "--json").stdout)) == 2
