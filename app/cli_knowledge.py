@@ -20,6 +20,7 @@ import click
 
 from app.cli_common import friendly as _friendly
 from knowledge.errors import KnowledgeError
+from knowledge.ingest import MAX_FILE_BYTES
 
 
 _kb = click.option("--kb", "kb_dir", type=click.Path(file_okay=False, path_type=Path), envvar="HEXRAG_KB",
@@ -63,16 +64,21 @@ def _echo_json(value) -> None:
               help="Vector index kind, remembered by the KB (default: auto = flat, HNSW past 100k chunks).")
 @click.option("--max-tokens", type=int, default=None, help="Chunk size in tokens (default: the embedder's length).")
 @click.option("--no-prune", is_flag=True, help="Keep documents whose files disappeared from an ingested folder.")
+@click.option("--max-file-mb", type=click.FloatRange(min=0, min_open=True), default=MAX_FILE_BYTES / 2**20,
+              show_default=True, envvar="HEXRAG_MAX_FILE_MB",
+              help="Larger files are refused (each is read whole) [env HEXRAG_MAX_FILE_MB].")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_json
 @_friendly
-def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, quiet, as_json) -> None:
+def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, max_file_mb, quiet, as_json) -> None:
     """Add files and folders (Markdown, text, HTML, FAQ JSON/JSONL/CSV, PDF with pypdf) to the KB.
 
-    Unchanged files are skipped, changed ones replaced. Files that cannot be read are reported and
-    skipped; the exit code is then 2 (1 for errors that stop the whole command)."""
+    Unchanged files are skipped, changed ones replaced. Files that cannot be read, are not regular
+    files (FIFOs, devices) or are over --max-file-mb are reported and skipped; the exit code is then
+    2 (1 for errors that stop the whole command)."""
     with _open(kb_dir, embedder_dir, backend, index=index, max_tokens=max_tokens) as kb:
-        report = kb.ingest(list(paths), progress=not quiet and not as_json, prune=not no_prune)
+        report = kb.ingest(list(paths), progress=not quiet and not as_json, prune=not no_prune,
+                           max_file_bytes=int(max_file_mb * 2**20))
     if as_json:
         _echo_json(report.to_dict())
     else:

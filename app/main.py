@@ -10,6 +10,8 @@ from fastapi import FastAPI
 from app import errors, openapi
 from app.accelerator import Accelerator
 from app.body_limit import BodyLimit
+from app.jobs import KnowledgeWriter
+from app.origin import SameOriginGuard
 from app.routers import chat, embeddings, health, knowledge, models, web
 from app.settings import Settings
 from app.state import AppState
@@ -20,11 +22,13 @@ def create_app(settings: Settings | None = None, load: bool = True) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        state = AppState(settings, Accelerator(settings.max_queue, settings.queue_timeout_s))
+        state = AppState(settings, Accelerator(settings.max_queue, settings.queue_timeout_s),
+                         KnowledgeWriter(settings.max_pending_uploads))
         app.state.hexrag = state
         # /health answers 503 while this runs, so clients can wait for readiness
         loading = asyncio.get_running_loop().run_in_executor(None, state.load) if load else None
         yield
+        state.writer.close()
         if loading is not None:
             await loading
 
@@ -33,14 +37,16 @@ def create_app(settings: Settings | None = None, load: bool = True) -> FastAPI:
     app = FastAPI(title="hexrag", version="0.1.0", lifespan=lifespan, **docs,
                   description="On-device retrieval-augmented chat: OpenAI-compatible API")
     errors.install(app)
+    app.add_middleware(SameOriginGuard, check_host=settings.loopback)
     # uploads have their own per-file limit (max_upload_bytes)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes, exempt=("/v1/knowledge/documents",))
-    v1 = openapi.errors_doc(401, 503)  # every /v1 route: the API key, and models still loading
+    # every /v1 route: the API key, a foreign Origin or Host, and models still loading
+    v1 = openapi.errors_doc(401, 403, 503)
     app.include_router(health.router)
     app.include_router(web.router)
     for router in (models.router, chat.router, embeddings.router):
         app.include_router(router, responses=v1)
     # the statuses the knowledge handlers return
-    app.include_router(knowledge.router, responses=v1 | openapi.errors_doc(400, 404, 413, 415))
+    app.include_router(knowledge.router, responses=v1 | openapi.errors_doc(400, 404, 413, 415, 429))
     openapi.document(app)
     return app

@@ -10,10 +10,12 @@ from app.errors import ErrorResponse
 _WHY = {
     400: "Invalid request (code `invalid_request`, `unsupported_parameter`, `context_length_exceeded`, ...)",
     401: "Missing or wrong API key (code `invalid_api_key`), when the server has one",
+    403: "A foreign Origin, or a Host that is not this machine on a loopback bind (code `origin_not_allowed`, "
+         "`host_not_allowed`)",
     404: "Unknown model or document (code `model_not_found`, `document_not_found`)",
     413: "Request body too large (code `request_too_large`, `file_too_large`)",
     415: "Unsupported file type (code `unsupported_file_type`)",
-    429: "Too many requests already wait for the accelerator (code `overloaded`, with Retry-After)",
+    429: "Too many requests already wait for the accelerator or for an ingest (code `overloaded`, with Retry-After)",
     503: "Models loading or unavailable, or the wait for the accelerator timed out (with Retry-After)",
 }
 

@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     max_queue: int = 4  # requests waiting for the accelerator beyond the one generating
     queue_timeout_s: float = 30.0  # longest wait for the accelerator before a 503
     request_timeout_s: float = 120.0  # a generation running longer is cancelled
-    max_upload_bytes: int = 10 * 1024 * 1024
+    max_upload_bytes: int = 10 * 1024 * 1024  # per upload request
+    max_pending_uploads: int = 8  # upload ingest jobs queued or running; more get a 429
     max_request_bytes: int = 1024 * 1024  # chat and embeddings request bodies
     docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
 

@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 
 from app.accelerator import Accelerator
+from app.jobs import KnowledgeWriter
 from app.settings import Settings
+from app.uploads import clear_staging
 from knowledge import KnowledgeBase
 from runtime.embedder import Embedder
 from runtime.llm import LLM
@@ -19,6 +21,7 @@ log = logging.getLogger(__name__)
 class AppState:
     settings: Settings
     accelerator: Accelerator
+    writer: KnowledgeWriter  # every KB write of the API (upload ingest jobs, deletes), in order, off the event loop
     status: str = "loading"  # loading | ready | error
     error: str | None = None
     llm: LLM | None = None
@@ -35,6 +38,7 @@ class AppState:
             log.info("loading embedder %s", s.embedder)
             self.embedder = Embedder(s.embedder, backend=s.backend, threads=s.threads)
             self.kb = _open_kb(s, self.embedder)
+            clear_staging(self.kb.dir)
             self.status = "ready"
             log.info("ready")
         except Exception as e:  # reported by /health; the server stays up to say why

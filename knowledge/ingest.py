@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 EMBED_BATCH_CHUNKS = 256  # chunks of several small files share embedder batches (no half-empty [B, L] runs)
+MAX_FILE_BYTES = 64 * 1024 * 1024  # a file is read and parsed whole in memory: bigger ones are refused
 
 
 @dataclass
@@ -92,20 +94,35 @@ def discover(paths: list[str | Path], exclude: Path | None = None):
                         files.setdefault(f.resolve(), f.relative_to(root).as_posix())
                     else:
                         skipped.append(str(f))
-        elif p.is_file():
+        elif p.exists():  # a FIFO or device too: read_regular() refuses it with the reason
             files.setdefault(p.resolve(), p.name)
         else:
             failed.append((str(given), "no such file or directory"))
     return list(files.items()), roots, failed, skipped
 
 
-def _prepare(kb: KnowledgeBase, path: Path, name: str) -> _Pending | None:
-    """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
+def read_regular(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
+    """The bytes and stat of a regular file of at most `limit` bytes, else IngestError.
+
+    Checked on the opened descriptor (opened non-blocking), so a FIFO never hangs the read, a
+    device such as /dev/zero never fills memory, and a file swapped after a check cannot slip by."""
     try:
-        data = path.read_bytes()
-        stat = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise IngestError(path, e.strerror or str(e)) from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise IngestError(path, "not a regular file")
+        data = b"" if info.st_size > limit else f.read(limit + 1)  # (it may have grown since fstat)
+    if max(info.st_size, len(data)) > limit:
+        raise IngestError(path, f"larger than the {limit} byte limit")
+    return data, info
+
+
+def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int) -> _Pending | None:
+    """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
+    data, info = read_regular(path, max_bytes)
     content_hash = hashlib.sha256(data).hexdigest()
     existing = kb.store.document(str(path))
     chunker = kb.chunker
@@ -116,7 +133,7 @@ def _prepare(kb: KnowledgeBase, path: Path, name: str) -> _Pending | None:
     if not chunks:
         raise IngestError(path, "no text to index")
     fields = {"source": str(path), "name": name, "kind": doc.kind, "title": doc.title, "content_hash": content_hash,
-              "chunker": chunker.signature, "size": len(data), "mtime": stat.st_mtime, "text": doc.text}
+              "chunker": chunker.signature, "size": len(data), "mtime": info.st_mtime, "text": doc.text}
     reusable = kb.store.vectors_by_hash(existing.id) if existing else {}
     return _Pending(fields, chunks, reusable, existing is not None)
 
@@ -142,7 +159,8 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> 
         report.chunks += len(p.chunks)
 
 
-def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True, prune: bool = True) -> IngestReport:
+def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True, prune: bool = True,
+               max_file_bytes: int = MAX_FILE_BYTES) -> IngestReport:
     started = time.perf_counter()
     report = IngestReport()
     files, roots, report.failed, report.skipped = discover(paths, exclude=kb.dir.resolve())
@@ -151,9 +169,9 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
     bar = tqdm(files, unit="file", disable=not progress or len(files) < 2, desc="ingest", leave=False)
     for path, name in bar:
         try:
-            item = _prepare(kb, path, name)
+            item = _prepare(kb, path, name, max_file_bytes)
         except IngestError as e:
-            log.warning("skipped %s", e)
+            log.debug("skipped %s", e)  # the report carries it (the CLI prints one line per failure)
             report.failed.append((e.path, e.reason))
             continue
         if item is None:

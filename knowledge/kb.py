@@ -18,7 +18,7 @@ from knowledge import index as vindex
 from knowledge.chunking import Chunker
 from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
 from knowledge.fusion import reciprocal_rank_fusion
-from knowledge.ingest import IngestReport, run_ingest
+from knowledge.ingest import MAX_FILE_BYTES, IngestReport, run_ingest
 from knowledge.lexical import search_bm25
 from knowledge.paths import default_kb_dir
 from knowledge.retrieval import DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, Hit
@@ -182,16 +182,19 @@ class KnowledgeBase:
             self._index_dirty = False
 
     # ---- writing
-    def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True) -> IngestReport:
+    def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True,
+               max_file_bytes: int = MAX_FILE_BYTES) -> IngestReport:
         """Add new files, replace changed ones, skip unchanged ones; with `prune`, forget files that
-        disappeared from an ingested folder. Unreadable files are reported in `failed`, not raised."""
+        disappeared from an ingested folder. Unreadable files, files that are not regular files and
+        files over `max_file_bytes` are reported in `failed`, not raised."""
         with self._lock:
             embedder = self._need_embedder()
             if self.model_id is None:
                 self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
             self._load_index()
             try:
-                return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune)
+                return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune,
+                                  max_file_bytes)
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
                 self._save_index_if_dirty()
 
@@ -203,7 +206,10 @@ class KnowledgeBase:
 
     def _find_documents(self, source: str) -> list[DocumentRecord]:
         docs = self.store.documents()
-        resolved = str(Path(source).expanduser().resolve())
+        try:
+            resolved = str(Path(source).expanduser().resolve())
+        except (RuntimeError, ValueError):  # ~nosuchuser, a NUL byte: a path no document can have
+            return [d for d in docs if source in (d.source, d.name)]
         for key in (source, resolved):
             exact = [d for d in docs if d.source == key]
             if exact:
@@ -216,6 +222,8 @@ class KnowledgeBase:
 
     def delete(self, source: str | Path) -> list[DocumentRecord]:
         """Remove a document (by its path, its name in the KB, or a folder holding documents)."""
+        if not str(source).strip():  # it would resolve to the working directory
+            raise UnknownDocumentError("an empty source names no document")
         with self._lock:
             docs = self._find_documents(str(source))
             if not docs:
@@ -258,17 +266,18 @@ class KnowledgeBase:
             return self.store.documents()
 
     def stats(self) -> dict[str, Any]:
-        with self._lock:
-            counts = self.store.counts()
-            try:
-                sidecar = vindex.read_sidecar(self.index_path)
-            except vindex.IndexFileError:
-                sidecar = {}
-            size = lambda p: p.stat().st_size if p.exists() else 0  # noqa: E731
-            return {**counts, "kb_dir": str(self.dir), "model_id": self.model_id,
-                    "dim": int(self.store.get_meta("dim") or 0), "index_kind": sidecar.get("kind"),
-                    "index_policy": self.index_kind, "sqlite_bytes": size(self.dir / self.DB_FILE),
-                    "index_bytes": size(self.index_path)}
+        """Counts, sizes, model and index kind. Takes no lock (a connection of its own reads the last
+        commit), so a server answers health checks while an ingest runs."""
+        counts, meta = self.store.snapshot()
+        try:
+            sidecar = vindex.read_sidecar(self.index_path)
+        except vindex.IndexFileError:
+            sidecar = {}
+        size = lambda p: p.stat().st_size if p.exists() else 0  # noqa: E731
+        return {**counts, "kb_dir": str(self.dir), "model_id": meta.get("model_id"),
+                "dim": int(meta.get("dim") or 0), "index_kind": sidecar.get("kind"),
+                "index_policy": self.index_kind, "sqlite_bytes": size(self.dir / self.DB_FILE),
+                "index_bytes": size(self.index_path)}
 
     def check(self) -> CheckReport:
         """Consistency of SQLite (documents, chunks, embeddings), both FTS indexes and the vector index."""

@@ -7,6 +7,7 @@ so BM25 cannot drift from the chunks; every document is written in one transacti
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -291,10 +292,20 @@ class Store:
                 self.db.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
 
     def counts(self) -> dict[str, int]:
-        q = lambda sql: self.db.execute(sql).fetchone()[0]  # noqa: E731
-        return {"documents": q("SELECT count(*) FROM documents"), "chunks": q("SELECT count(*) FROM chunks"),
-                "embeddings": q("SELECT count(*) FROM embeddings"),
-                "tokens": q("SELECT coalesce(sum(tokens), 0) FROM chunks")}
+        return _counts(self.db.conn)
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, str]]:
+        """counts() and the meta table through a connection of its own, safe to call from any thread
+        without the KB lock: a WAL reader sees the last commit and never waits for the writer."""
+        with contextlib.closing(sqlite3.connect(self.path, timeout=10)) as conn:
+            return _counts(conn), dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
+
+def _counts(conn: sqlite3.Connection) -> dict[str, int]:
+    q = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    return {"documents": q("SELECT count(*) FROM documents"), "chunks": q("SELECT count(*) FROM chunks"),
+            "embeddings": q("SELECT count(*) FROM embeddings"),
+            "tokens": q("SELECT coalesce(sum(tokens), 0) FROM chunks")}
 
 
 def _marks(values) -> str:

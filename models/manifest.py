@@ -110,13 +110,15 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def directory_files(directory: Path) -> list[str]:
+    """Every file except the manifest itself, by path relative to the directory."""
+    return [p.relative_to(directory).as_posix() for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != MANIFEST]
+
+
 def hash_directory(directory: Path) -> dict[str, str]:
     """sha256 of every file except the manifest itself, by path relative to the directory."""
-    return {
-        p.relative_to(directory).as_posix(): sha256_file(p)
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
-    }
+    return {rel: sha256_file(directory / rel) for rel in directory_files(directory)}
 
 
 def load_manifest(directory: str | Path, verify: bool = True) -> Manifest:
@@ -139,6 +141,13 @@ def load_manifest(directory: str | Path, verify: bool = True) -> Manifest:
 
 
 def verify_files(directory: Path, manifest: Manifest) -> None:
+    """Every file on disk is listed with its sha256, and every listed file is there unaltered.
+
+    Builders hash the whole directory (reports included), so a file without an entry was added or
+    had its entry removed after the build: either way its bytes are unchecked and it is refused."""
+    if unlisted := sorted(set(directory_files(directory)) - manifest.files.keys()):
+        raise ManifestError(f"{directory}: {', '.join(unlisted)} not listed in the manifest (added or its entry "
+                            "removed after the build); rebuild the model")
     for rel, expected in manifest.files.items():
         p = directory / rel
         if not p.is_file():

@@ -46,6 +46,16 @@ class Server:
             time.sleep(0.3)
         raise TimeoutError(f"server not ready: {self.log_path.read_text()[-2000:]}")
 
+    def wait_job(self, job: dict, timeout: float = 180) -> dict:
+        """Poll an upload's ingest job until it has finished."""
+        deadline = time.monotonic() + timeout
+        while job["status"] in ("queued", "running"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ingest job still {job['status']}: {job}")
+            time.sleep(0.1)
+            job = httpx.get(f"{self.url}/v1/knowledge/jobs/{job['id']}", timeout=10).json()
+        return job
+
     def stop(self) -> None:
         self.proc.terminate()
         try:

@@ -244,17 +244,19 @@ def test_upload_search_list_delete(server, tmp_path):
     doc = "# Wipers\n\nTo change the wiper blades, switch on wiper service mode under Settings, Vehicle, Wipers."
     files = {"files": ("wiper_notes.md", doc.encode(), "text/markdown")}
     r = httpx.post(server.url + "/v1/knowledge/documents", files=files, timeout=60)
-    assert r.status_code == 200, r.text
-    assert len(r.json()["added"]) == 1 and r.json()["failed"] == []
+    assert r.status_code == 202, r.text
+    job = server.wait_job(r.json())
+    assert job["status"] == "succeeded" and len(job["added"]) == 1 and job["failed"] == [], job
     hits = httpx.post(server.url + "/v1/knowledge/search", json={"query": "wiper service mode", "k": 3}).json()
     assert hits["data"][0]["source"].endswith("wiper_notes.md")
-    names = [d["name"] for d in httpx.get(server.url + "/v1/knowledge/documents").json()["data"]]
-    name = next(n for n in names if n.endswith("wiper_notes.md"))
-    r = httpx.request("DELETE", server.url + "/v1/knowledge/documents", params={"source": name})
+    sources = [d["source"] for d in httpx.get(server.url + "/v1/knowledge/documents").json()["data"]]
+    source = next(s for s in sources if s.endswith("wiper_notes.md"))
+    assert source == job["added"][0]
+    r = httpx.request("DELETE", server.url + "/v1/knowledge/documents", params={"source": source})
     assert r.status_code == 200
     hits = httpx.post(server.url + "/v1/knowledge/search", json={"query": "wiper service mode", "k": 3}).json()
     assert not any(h["source"].endswith("wiper_notes.md") for h in hits["data"])
-    r = httpx.request("DELETE", server.url + "/v1/knowledge/documents", params={"source": name})
+    r = httpx.request("DELETE", server.url + "/v1/knowledge/documents", params={"source": source})
     assert r.status_code == 404 and r.json()["error"]["code"] == "document_not_found"
 
 

@@ -109,3 +109,36 @@ def test_eval_retrieval(cli, docs, tmp_path):
     assert rows["bm25", "all"]["recall@1"] == 1.0 and rows["bm25", "all"]["questions"] == 2
     proc = cli("eval", "retrieval", "--questions", str(questions))
     assert proc.returncode == 0 and "hybrid" in proc.stdout and "R@5" in proc.stdout
+
+
+def test_ingest_refuses_fifos_and_devices(cli, docs):
+    """A FIFO must not hang the ingest and a link to /dev/zero must not fill memory: one line each."""
+    (docs / "broken.txt").unlink()
+    os.mkfifo(docs / "pipe.md")
+    (docs / "zero.md").symlink_to("/dev/zero")
+    proc = cli("ingest", str(docs), "--quiet")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    failures = [line for line in proc.stderr.splitlines() if line.startswith("failed: ")]
+    assert sorted(failures) == ["failed: /dev/zero: not a regular file", f"failed: {docs / 'pipe.md'}: not a regular file"]
+    assert proc.stdout.startswith("2 added, 0 updated, 0 unchanged, 0 deleted, 2 failed")
+    proc = cli("ingest", str(docs / "pipe.md"), "--quiet")  # named on its own, too
+    assert proc.returncode == 2 and proc.stderr.strip() == f"failed: {docs / 'pipe.md'}: not a regular file"
+
+
+def test_ingest_refuses_files_over_the_size_limit(cli, docs):
+    (docs / "broken.txt").unlink()
+    (docs / "big.md").write_text("# Big\n\n" + "word " * 300_000)  # 1.5 MB
+    proc = cli("ingest", str(docs), "--quiet", "--max-file-mb", "1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"failed: {docs / 'big.md'}: larger than the 1048576 byte limit"
+    listed = json.loads(cli("kb", "list", "--json").stdout)
+    assert sorted(d["name"] for d in listed) == ["faq.jsonl", "manual.md"]
+
+
+@pytest.mark.parametrize("source", ["", "~nosuchuser/notes.md", "notes\x01.md"])
+def test_kb_delete_of_no_document_is_a_clean_error(cli, docs, source):
+    (docs / "broken.txt").unlink()
+    assert cli("ingest", str(docs), "--quiet").returncode == 0
+    proc = cli("kb", "delete", source)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    assert len(json.loads(cli("kb", "list", "--json").stdout)) == 2

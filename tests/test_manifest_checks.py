@@ -42,3 +42,26 @@ def test_garbage_manifest_is_refused(model_copy):
     (model_copy / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match="not a valid manifest"):
         load_manifest(model_copy)
+
+
+def test_file_whose_entry_was_removed_is_refused(model_copy):
+    """Dropping a file's entry from the manifest must not turn off the check of that file."""
+    data = json.loads((model_copy / "manifest.json").read_text())
+    del data["files"]["weights.data"]
+    (model_copy / "manifest.json").write_text(json.dumps(data))
+    with open(model_copy / "weights.data", "r+b") as f:
+        f.write(b"\x7f\x7f\x7f\x7f")
+    with pytest.raises(ManifestError, match="weights.data not listed in the manifest"):
+        Decoder(model_copy)
+
+
+def test_file_added_after_the_build_is_refused(model_copy):
+    (model_copy / "extra.onnx").write_bytes(b"not from the build")
+    with pytest.raises(ManifestError, match="extra.onnx not listed"):
+        load_manifest(model_copy)
+
+
+@pytest.mark.parametrize("key", ["llama", "llama_q41", "qwen2", "bert"])
+def test_built_models_pass_the_check(tiny_builds, key):
+    """Builders list every file they write, so their output passes the unlisted-file check."""
+    assert "weights.data" in load_manifest(tiny_builds[key]).files

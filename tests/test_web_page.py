@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -45,3 +46,19 @@ def test_page_streams_an_answer_with_citations(server, browser, tmp_path):
     assert answer.find_element(By.TAG_NAME, "span").text.strip()  # streamed text arrived
     assert browser.find_elements(By.CSS_SELECTOR, ".msg.user")[0].text.startswith("The little tyre symbol")
     browser.save_screenshot(str(tmp_path / "chat.png"))
+
+
+def test_page_uploads_a_document(server, browser, tmp_path):
+    """The page's own origin passes the same-origin guard; it follows the ingest job to the end."""
+    doc = tmp_path / "page_upload_notes.md"
+    doc.write_text("# Roof box\n\nThe roof box holds at most 75 kg.\n")
+    browser.get(server.url + "/")
+    wait = WebDriverWait(browser, 60)
+    wait.until(lambda d: "on cpu" in d.find_element(By.ID, "status").text)
+    browser.find_element(By.ID, "file").send_keys(str(doc))
+    browser.find_element(By.ID, "upload-button").click()
+    wait.until(lambda d: d.find_element(By.ID, "upload-status").text.startswith(("added", "upload failed")))
+    assert browser.find_element(By.ID, "upload-status").text == "added 1, updated 0, unchanged 0"
+    docs = httpx.get(server.url + "/v1/knowledge/documents").json()["data"]
+    (source,) = [d["source"] for d in docs if d["name"] == doc.name]
+    assert httpx.request("DELETE", server.url + "/v1/knowledge/documents", params={"source": source}).status_code == 200

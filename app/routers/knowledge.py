@@ -1,76 +1,64 @@
-"""Knowledge-base endpoints: upload + ingest documents, list, delete, search."""
+"""Knowledge-base endpoints: upload (an ingest job), follow the job, list, delete, search."""
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, UploadFile
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
 
 from app.deps import Ready, check_api_key
 from app.errors import APIError
+from app.jobs import IngestJob
 from app.schemas import SearchRequest
-from knowledge import UnknownDocumentError
+from app.uploads import read_form_files, remove_upload, safe_name, stage
+from knowledge import DocumentRecord, KnowledgeBase, UnknownDocumentError
 
 router = APIRouter(prefix="/v1/knowledge", dependencies=[Depends(check_api_key)])
 
-UPLOADS = "uploads"
-ALLOWED = {".md", ".markdown", ".txt", ".html", ".htm", ".json", ".jsonl", ".csv", ".pdf"}
-_SAFE = re.compile(r"^[\w\u00C0-\uFFFF][\w\u00C0-\uFFFF .()+-]{0,200}$")
+
+class DocumentRef(BaseModel):
+    id: int
+    source: str
+    name: str
 
 
-def safe_name(filename: str | None) -> str:
-    """A plain file name (no directories, no dot-files) or a 400: uploads never escape the KB folder."""
-    name = (filename or "").strip()
-    if not name or "/" in name or "\\" in name or name in (".", "..") or not _SAFE.match(name):
-        raise APIError(400, f"invalid file name {filename!r}: use letters, digits, spaces and . _ - ( ) +",
-                       "invalid_filename", param="file")
-    if Path(name).suffix.lower() not in ALLOWED:
-        raise APIError(415, f"unsupported file type {Path(name).suffix or '(none)'}; allowed: "
-                            f"{', '.join(sorted(ALLOWED))}", "unsupported_file_type", param="file")
-    return name
+class Deleted(BaseModel):
+    deleted: list[DocumentRef]
 
 
-async def _save(upload: UploadFile, target: Path, limit: int) -> None:
-    """Stream to a temp file beside the target, enforcing the size limit, then rename into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload-")
-    size = 0
+@router.post("/documents", status_code=202)
+async def upload_documents(request: Request, state: Ready, response: Response) -> IngestJob:
+    """Stage the files, answer 202 with an ingest job at once; GET /v1/knowledge/jobs/{id} follows it."""
+    limit = state.settings.max_upload_bytes
+    files = await read_form_files(request, limit)
+    staged: list[tuple[Path, str]] = []
     try:
-        with os.fdopen(fd, "wb") as out:
-            while block := await upload.read(1 << 16):
-                size += len(block)
-                if size > limit:
-                    raise APIError(413, f"{upload.filename} is larger than the {limit} byte upload limit",
-                                   "file_too_large", param="file")
-                out.write(block)
-        os.replace(tmp, target)
+        names = [safe_name(f.filename) for f in files]  # validate all before writing any
+        for upload, name in zip(files, names):
+            staged.append((await stage(upload, state.kb.dir, limit), name))
+        job = state.writer.submit_ingest(state.kb, staged)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for path, _ in staged:
+            path.unlink(missing_ok=True)
         raise
+    finally:
+        for f in files:
+            await f.close()
+    response.headers["Location"] = f"/v1/knowledge/jobs/{job.id}"
+    return job
 
 
-def _report(report) -> dict:
-    out = {name: getattr(report, name) for name in ("added", "updated", "unchanged", "deleted")}
-    out["failed"] = [{"file": Path(path).name, "reason": reason} for path, reason in report.failed]
-    return out | {"chunks": report.chunks}
-
-
-@router.post("/documents")
-async def upload_documents(files: list[UploadFile], state: Ready):
-    names = [safe_name(f.filename) for f in files]  # validate all before writing any
-    upload_dir = Path(state.kb.dir) / UPLOADS
-    paths = []
-    for upload, name in zip(files, names):
-        target = upload_dir / name
-        await _save(upload, target, state.settings.max_upload_bytes)
-        paths.append(target)
-
-    return _report(await run_in_threadpool(state.kb.ingest, paths, progress=False, prune=False))
+@router.get("/jobs/{job_id}")
+async def get_job(job_id: str, state: Ready) -> IngestJob:
+    job = state.writer.get(job_id)
+    if job is None:
+        raise APIError(404, f"no ingest job {job_id!r} (finished jobs are kept for a while only)", "job_not_found",
+                       param="job_id")
+    return job
 
 
 @router.get("/documents")
@@ -79,14 +67,44 @@ async def list_documents(state: Ready):
     return {"object": "list", "data": [asdict(d) for d in docs]}
 
 
-@router.delete("/documents")
-async def delete_document(source: str, state: Ready):
-    """Delete by path, by name in the KB (e.g. `uploads/notes.md`) or by folder."""
+def _exact_document(docs: list[DocumentRecord], source: str | None, doc_id: int | None) -> DocumentRecord:
+    """The one document named by id or exact source; anything that could match several is a 400."""
+    if (source is None) == (doc_id is None):
+        raise APIError(400, "give exactly one of `id` and `source`", "invalid_request")
+    if doc_id is not None:
+        found = [d for d in docs if d.id == doc_id]
+        if not found:
+            raise APIError(404, f"no document with id {doc_id}", "document_not_found", param="id")
+        return found[0]
+    if "\x00" in source or not source.strip("/ ") or source.endswith("/"):
+        raise APIError(400, f"invalid source {source!r}: give a document's exact source or its id",
+                       "invalid_source", param="source")
+    found = [d for d in docs if d.source == source]
+    if found:
+        return found[0]
+    if under := sum(d.source.startswith(source) for d in docs):
+        raise APIError(400, f"{source!r} is not a document but a prefix of {under}: the API deletes one "
+                            "document at a time, by exact source or id", "invalid_source", param="source")
+    raise APIError(404, f"no document with source {source!r} (see GET /v1/knowledge/documents)",
+                   "document_not_found", param="source")
+
+
+def _delete(kb: KnowledgeBase, source: str | None, doc_id: int | None) -> DocumentRecord:
+    doc = _exact_document(kb.list_documents(), source, doc_id)
     try:
-        docs = await run_in_threadpool(state.kb.delete, source)
-    except UnknownDocumentError as e:
-        raise APIError(404, str(e), "document_not_found", param="source") from None
-    return {"deleted": [d.name for d in docs]}
+        kb.delete(doc.source)  # an exact source matches only itself
+    except UnknownDocumentError:  # deleted meanwhile (by the CLI)
+        raise APIError(404, f"no document {doc.source!r}", "document_not_found", param="source") from None
+    remove_upload(kb, doc.source)
+    return doc
+
+
+@router.delete("/documents")
+async def delete_document(state: Ready, source: str | None = None,
+                          doc_id: Annotated[int | None, Query(alias="id")] = None) -> Deleted:
+    """Delete one document, by its id or its exact source as listed; an upload's file goes too."""
+    doc = await state.writer.run(_delete, state.kb, source, doc_id)
+    return Deleted(deleted=[DocumentRef(id=doc.id, source=doc.source, name=doc.name)])
 
 
 @router.post("/search")

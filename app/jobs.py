@@ -1,0 +1,117 @@
+"""The knowledge base's writer: one thread that runs upload ingest jobs and deletes in order, off the
+event loop, so health checks, model lists and running streams never wait for an ingest."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from app.errors import APIError
+from app.uploads import ingest_staged
+from knowledge import KnowledgeBase, KnowledgeError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+KEEP_FINISHED = 200  # finished jobs remembered for GET /v1/knowledge/jobs/{id}
+
+
+class FileFailure(BaseModel):
+    file: str
+    reason: str
+
+
+class JobError(BaseModel):
+    message: str
+    code: str
+
+
+class IngestJob(BaseModel):
+    """An upload's ingest; added/updated/unchanged list document sources as GET /v1/knowledge/documents does."""
+
+    id: str
+    object: Literal["knowledge.ingest_job"] = "knowledge.ingest_job"
+    status: Literal["queued", "running", "succeeded", "failed"] = "queued"
+    files: list[str]  # the names the files are stored under
+    created_at: int
+    finished_at: int | None = None
+    added: list[str] = Field(default_factory=list)
+    updated: list[str] = Field(default_factory=list)
+    unchanged: list[str] = Field(default_factory=list)
+    failed: list[FileFailure] = Field(default_factory=list)
+    chunks: int = 0
+    error: JobError | None = None
+
+
+class KnowledgeWriter:
+    def __init__(self, max_pending: int):
+        self.max_pending = max_pending
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="kb-writer")
+        self._jobs: dict[str, IngestJob] = {}  # insertion order = age
+        self._lock = threading.Lock()
+
+    def get(self, job_id: str) -> IngestJob | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def submit_ingest(self, kb: KnowledgeBase, staged: list[tuple[Path, str]]) -> IngestJob:
+        """Queue the ingest of staged uploads ((staged file, name) pairs); 429 past max_pending jobs."""
+        with self._lock:
+            pending = sum(j.status in ("queued", "running") for j in self._jobs.values())
+            if pending >= self.max_pending:
+                raise APIError(429, f"{pending} uploads are waiting to be ingested; retry later", "overloaded",
+                               type_="server_busy", headers={"Retry-After": "5"})
+            job = IngestJob(id=f"kbjob-{uuid.uuid4().hex[:24]}", files=[name for _, name in staged],
+                            created_at=int(time.time()))
+            self._jobs[job.id] = job
+            finished = [i for i, j in self._jobs.items() if j.finished_at is not None]
+            for old in finished[:max(0, len(finished) - KEEP_FINISHED)]:
+                del self._jobs[old]
+        self._pool.submit(self._run, job, kb, staged)
+        return job
+
+    async def run(self, fn: Callable[..., T], *args) -> T:
+        """Run another KB write (a delete) on the writer thread, after the jobs queued before it."""
+        return await asyncio.wrap_future(self._pool.submit(fn, *args))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)  # staged files are cleared at the next start
+
+    def _set(self, job: IngestJob, **changes) -> IngestJob:
+        # a new object per change: a reader never sees a half-updated job
+        with self._lock:
+            job = self._jobs[job.id] = job.model_copy(update=changes)
+        return job
+
+    def _run(self, job: IngestJob, kb: KnowledgeBase, staged: list[tuple[Path, str]]) -> None:
+        job = self._set(job, status="running")
+        result = {"added": [], "updated": [], "unchanged": [], "failed": [], "chunks": 0}
+        error = None
+        try:
+            for path, name in staged:
+                report = ingest_staged(kb, path, name)
+                for key in ("added", "updated", "unchanged"):
+                    result[key] += getattr(report, key)
+                result["failed"] += [FileFailure(file=name, reason=reason) for _, reason in report.failed]
+                result["chunks"] += report.chunks
+            if result["failed"]:
+                error = JobError(message="; ".join(f"{f.file}: {f.reason}" for f in result["failed"]),
+                                 code="ingest_failed")
+        except KnowledgeError as e:
+            error = JobError(message=str(e), code="ingest_failed")
+        except Exception:
+            log.exception("ingest job %s failed", job.id)
+            error = JobError(message="internal error while ingesting; see the server log", code="internal_error")
+        finally:
+            for path, _ in staged:  # what was not promoted
+                path.unlink(missing_ok=True)
+            self._set(job, **result, error=error, status="failed" if error else "succeeded",
+                      finished_at=int(time.time()))
