@@ -34,7 +34,8 @@ def app(tiny_builds, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def api(app):
-    with TestClient(app, raise_server_exceptions=False) as client:
+    # the server is bound to loopback: requests must name this machine (the Host guard)
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
         deadline = time.monotonic() + 60
         while client.get("/health").status_code != 200:
             assert time.monotonic() < deadline, client.get("/health").json()
