@@ -75,7 +75,8 @@ SAMPLES = Path(str(resources.files("knowledge") / "samples"))
 
 def ensure_sample_kb(kb: KnowledgeBase) -> None:
     """Ingest the sample in-car FAQ and manual; unchanged files are skipped on later starts."""
+    # the question files beside the KB are its evaluations, not knowledge
     files = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".jsonl", ".md") and p.name != "README.md"
-                   and p.name != "eval_questions.jsonl")
+                   and "questions" not in p.name)
     report = kb.ingest(files, progress=True, prune=False)
     log.info("knowledge base %s: %d added, %d unchanged", kb.dir, len(report.added), len(report.unchanged))

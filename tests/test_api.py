@@ -226,6 +226,17 @@ def test_disconnect_cancels_a_non_streaming_request(server):
     assert time.monotonic() - left < full_s / 2, (time.monotonic() - left, full_s)
 
 
+@pytest.mark.parametrize("question, entry", [
+    # a phone question goes to the entry that states a phone number, not the SOS button scoring near it
+    ("what number do I ring when the car breaks down?", "roadside-assistance"),
+    # a spoken repair: only the question after "no," is retrieved
+    ("how much range does the heat pump... no, how much range do I get at 120 on the motorway?", "driving-range"),
+])
+def test_the_passage_answers_the_question_as_meant(client, question, entry):
+    r = chat(client, question, max_tokens=40)
+    assert r.model_extra["citations"][0]["entry_id"] == entry, r.model_extra["citations"]
+
+
 def test_openai_client_default_fields_and_refusals(client):
     r = client.chat.completions.create(model="hexrag", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
                                        n=1, logprobs=False, response_format={"type": "text"}, user="driver-1",

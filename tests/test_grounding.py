@@ -6,7 +6,11 @@ import pytest
 
 from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts
+from app.answer.passages import select
+from app.answer.question import answers_kind, meant, on_topic
+from app.answer.relevance import content_words
 from app.answer.verify import Verifier
+from knowledge.retrieval import Hit
 
 ROADSIDE = ("Aurora roadside assistance is available 24 hours a day on 800-555-0199. Assistance is free for "
             "3 years from first registration.")
@@ -95,3 +99,69 @@ def test_extractive_answer_quotes_the_sentence_that_answers():
               "confirm. The indicator PASSENGER AIRBAG OFF in the overhead console lights up to confirm.")
     answer = extract_answer("how do I switch off the passenger airbag for a child seat?", safety)
     assert answer.startswith("Never fit") and "Passenger airbag, select Off" in answer  # the safety step stays
+
+
+@pytest.mark.parametrize("spoken, asked", [
+    ("how much range does the heat pump... no, how much range do I get at 120 on the motorway?",
+     "how much range do I get at 120 on the motorway?"),
+    ("what's the tyre pressure, sorry, the tow limit with a braked trailer?", "the tow limit with a braked trailer?"),
+    ("快充要多久，不对，慢充要多久？", "慢充要多久？"),
+    ("is there no way to open the flap?", "is there no way to open the flap?"),  # "no" inside a question
+    ("can I tow a caravan? no, thanks", "can I tow a caravan? no, thanks"),  # nothing asked after the "no"
+])
+def test_a_spoken_repair_keeps_the_question_after_it(spoken, asked):
+    assert meant(spoken) == asked
+
+
+WASHER = "The washer fluid reservoir holds 4 litres and has a blue cap with a windscreen symbol."
+ROADSIDE_ENTRY = ROADSIDE + " It covers breakdowns, punctures and lockouts."
+KEY_FOB = "The key fob uses a CR2032 coin battery, which lasts about two years."
+
+
+@pytest.mark.parametrize("question, quote, ok", [
+    ("what's the boot capacity in litres?", WASHER, False),  # litres, but said of the washer fluid
+    ("how much washer fluid fits in the tank?", WASHER, True),
+    ("how much does a replacement key fob cost?", KEY_FOB, False),  # a price question, no price
+    ("what battery goes in the key fob?", KEY_FOB, True),
+    ("what number do I ring when the car breaks down?", "Press it again within 10 seconds to cancel.", False),
+    ("what number do I ring when the car breaks down?", ROADSIDE_ENTRY, True),
+    ("what's the battery warranty in years and kilometres?", "The battery warranty is 8 years or 160,000 km.",
+     True),
+    ("how many kilometres can I drive?", FAST, False),  # a number, in the wrong unit
+    ("does roadside assistance cost anything?", ROADSIDE, True),  # "free" answers a price question
+])
+def test_a_quote_answers_only_the_question_it_is_about(question, quote, ok):
+    """Each quote here is a whole (short) passage: the topic is checked on the passage, the kind of
+    value on the quote."""
+    assert (on_topic(question, quote) and answers_kind(question, quote)) is ok
+
+
+def test_chinese_question_words_are_whole_words():
+    words = set(content_words("车在路上抛锚了，打哪个电话？"))
+    assert {"抛锚", "电话"} <= words and not {"车在", "在路", "锚了"} & words  # no bigrams across words
+
+
+def _hit(entry: str, text: str, dense: float, bm25: float) -> Hit:
+    return Hit(0, text, "faq.jsonl", "faq.jsonl", "", entry, 0.0, {"dense": dense, "bm25": bm25})
+
+
+def test_among_close_passages_the_one_stating_the_wanted_fact_comes_first():
+    sos = _hit("ecall-sos", "How does the SOS button work?\nPress it again within 10 seconds to cancel.", 0.38, 3.5)
+    roadside = _hit("roadside-assistance", "What is the roadside number?\n" + ROADSIDE, 0.32, 3.9)
+    far = _hit("walk-away-lock", "Can the car lock itself?\nYes, within 3 metres.", 0.10, 0.0)
+    phone = lambda h: any(f.kind == "phone" for f in extract_facts(h.text))  # noqa: E731
+    assert [h.entry_id for h in select([sos, roadside, far], True)] == ["ecall-sos"]
+    assert [h.entry_id for h in select([sos, roadside, far], True, states_wanted=phone)][:2] == [
+        "roadside-assistance", "ecall-sos"]
+    assert select([sos, far], True, states_wanted=phone)[0].entry_id == "ecall-sos"  # none states one
+
+
+def test_a_denial_needs_a_source_that_denies():
+    heater = ("The rear window heater switches off automatically after 15 minutes. You do not need to remove the "
+              "maintenance cover to reach the washer fluid.")
+    verifier = Verifier([heater], question="does the back window heater switch itself off?")
+    assert not verifier.check("The back window heater does not switch itself off.").ok
+    assert not verifier.check("There is no time limit for the rear window heater.").ok
+    assert verifier.check("It switches off automatically after 15 minutes.").ok
+    assert verifier.check("No, you do not need to remove the maintenance cover.").ok  # the passage denies it too
+    assert Verifier([FAST_ZH]).check("不需要三十六小时，大约需要 30 分钟。").ok is False  # a number still fails

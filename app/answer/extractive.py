@@ -13,20 +13,13 @@ import re
 from collections.abc import Callable
 
 from app.answer.facts import extract_facts, states_quantity
+from app.answer.question import asks_phone, asks_quantity
 from app.answer.relevance import coverage, terms
 from app.answer.sentences import split_sentences
 
 MAX_SENTENCES = 2
 Similarity = Callable[[str, list[str]], list[float]]
-_QUANTITY = re.compile(r"\b(?:how\s+(?:much|many|long|far|fast|often|heavy|big|quick|old)|what\s+(?:number|size|"
-                       r"speed|pressure|type|limit)|which\s+number|when)\b|多少|多久|多长|多快|多远|多大|几|什么型号|电话",
-                       re.I)
-_PHONE_QUESTION = re.compile(r"\b(?:number|call|ring|phone|dial)\b|电话|号码|打给", re.I)
 _SAFETY = re.compile(r"\b(?:never|do not|don't|must not|always|warning|danger)\b|切勿|不要|禁止|务必|必须", re.I)
-
-
-def asks_quantity(question: str) -> bool:
-    return bool(_QUANTITY.search(question))
 
 
 def extract_answer(question: str, passage: str, similarity: Similarity | None = None,
@@ -41,7 +34,7 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
     quantity = asks_quantity(question)
     wanted = terms(question)
     cosines = similarity(question, [s.strip() for s in sentences]) if similarity else [0.0] * len(sentences)
-    phone = bool(_PHONE_QUESTION.search(question))
+    phone = asks_phone(question)
 
     def score(i: int) -> float:
         s, facts = sentences[i], extract_facts(sentences[i])

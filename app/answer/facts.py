@@ -158,7 +158,7 @@ def normalize(text: str) -> str:
 # ---- facts ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fact:
-    kind: str  # "phone" | "code" | "number" | "menu" | "name"
+    kind: str  # "phone" | "code" | "number" | "menu" | "name" (+ "negation": a denial the passages do not make)
     key: str  # comparison key: "8005550199", "1500 kg", "30", "settings", ...
     text: str  # as written (after normalization)
 
@@ -234,6 +234,26 @@ def extract_facts(text: str) -> list[Fact]:
     for m in (*_BUTTON.finditer(text), *_CONTROL.finditer(text)):
         facts.append(Fact("name", m.group(1).strip().lower(), m.group(0)))
     return facts
+
+
+def without_facts(text: str) -> str:
+    """The words a sentence says around its facts (numbers and unit words taken out)."""
+    text = normalize(text)
+    for f in extract_facts(text):
+        text = text.replace(f.text, " ")
+    return " ".join(w for w in text.split() if w.lower().strip(".,;:!?()") not in UNIT_WORDS)
+
+
+# unit spellings that name a unit in a question ("in litres", "how many kilometres"): single letters
+# ("a", "m", "s") and "degrees" are words as often as units
+_NAMED_UNIT = re.compile(r"(?<![a-z])(?:" + "|".join(re.escape(s) for s in sorted(
+    (s for s in _UNIT_OF if len(s) >= 3 and s not in ("degrees", "times", "次", "度")), key=len, reverse=True))
+    + r")(?![a-z])", re.I)
+
+
+def named_units(text: str) -> set[str]:
+    """The units a text names without a number: what a question wants its answer in."""
+    return {_UNIT_OF[m.group(0).lower()] for m in _NAMED_UNIT.finditer(normalize(text))}
 
 
 QUANTITY_KINDS = ("number", "phone", "code")  # facts that answer "how much / which number"

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.answer.relevance import Confidence, coverage, rerank, score
@@ -76,8 +77,12 @@ def confident(c: Confidence) -> bool:
     return c.value >= (MIN_CONFIDENCE if c.dense is not None else MIN_BM25)
 
 
-def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES) -> list[Hit]:
-    """The hits an answer may use, best first: an FAQ entry that leads clearly stands alone."""
+def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES,
+           states_wanted: Callable[[Hit], bool] | None = None) -> list[Hit]:
+    """The hits an answer may use, best first: an FAQ entry that leads clearly stands alone.
+
+    `states_wanted(hit)`: whether a hit states the kind of fact the question asks for (a phone
+    number); among the hits about as relevant as the best, those that do come first."""
     ranked = rerank(hits, readable)
     if not ranked:
         return []
@@ -86,6 +91,10 @@ def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES) -> list[H
     def close(h: Hit, margin: float, share: float) -> bool:
         s = score(h, readable)
         return s >= top - margin if readable else s >= share * top
+
+    if states_wanted is not None:
+        first = [h for h in ranked if close(h, BUDGET_MARGIN, BUDGET_SHARE) and states_wanted(h)]
+        ranked = first + [h for h in ranked if h not in first]
 
     if ranked[0].entry_id is not None and (len(ranked) == 1 or not close(ranked[1], FAQ_LEAD, FAQ_LEAD_SHARE)):
         return ranked[:1]

@@ -20,11 +20,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from app.answer.extractive import asks_quantity, extract_answer
+from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts, states_quantity
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
                                  with_passages)
-from app.answer.relevance import Confidence, term_words, terms
+from app.answer.question import answers_kind, asks_phone, asks_quantity, meant, on_topic
+from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier
 from app.schemas import ChatRequest, Citation, Grounding
@@ -56,7 +57,7 @@ class AnswerPlan:
     confidence: Confidence | None = None
     extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
     refusal: str | None = None  # set when the answer is "I don't know" without asking the model
-    unknown_terms: set[str] = field(default_factory=set)  # question terms the whole KB never uses
+    missing_topic: set[str] = field(default_factory=set)  # the question's topic, when the whole KB never names it
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -84,8 +85,8 @@ def retrieval_query(messages: list[dict]) -> str:
         return ""
     # follow-ups like "and in winter?" need the previous question to mean anything
     if len(users) > 1 and len(users[-1].split()) < 6:
-        return f"{users[-2]} {users[-1]}"
-    return users[-1]
+        return f"{meant(users[-2])} {meant(users[-1])}"
+    return meant(users[-1])
 
 
 def _with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
@@ -113,7 +114,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     """Retrieval, the refusal gate and the prompt. `kb` is a KnowledgeBase (or None: a plain chat)."""
     started = time.perf_counter()
     messages = _messages(req)
-    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    question = meant(next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
     max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
     if req.voice:
         max_tokens = min(max_tokens, VOICE_MAX_TOKENS)
@@ -137,7 +138,8 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
                      min_score=opts.min_score if opts and opts.min_score is not None else default_min_score,
                      sources=opts.sources if opts else None)
     readable = kb.unknown_share(query) <= MAX_UNKNOWN_SHARE if hits and kb.embedder is not None else False
-    chosen = select(hits, readable, limit=min(opts.k if opts else default_k, CANDIDATES))
+    chosen = select(hits, readable, limit=min(opts.k if opts else default_k, CANDIDATES),
+                    states_wanted=_states_phone if asks_phone(question) else None)
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
     if not chosen:
         plan.refusal = "no passage passed the relevance threshold"
@@ -153,8 +155,18 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
-    plan.unknown_terms = _unknown_terms(kb, question, plan.passages)
-    plan.extractive = extract_answer(question, plan.passages[0].body, _similarity(kb) if readable else None)
+    unknown = _unknown_words(kb, question, plan.passages)
+    # the words the KB lacks are the question's topic when they are a third of its words or more
+    # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
+    if len(unknown) * 3 >= len(content_words(question)):
+        plan.missing_topic = set(unknown)
+    if not plan.missing_topic:
+        best = plan.passages[0]
+        quote = extract_answer(question, best.body, _similarity(kb) if readable else None)
+        # quoted only from a passage about what the question asks, and only if it states the kind of
+        # value asked for: a faithful quote of the wrong entry is still a wrong answer
+        if on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote):
+            plan.extractive = quote
     prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
     plan.prompt_ids = llm.encode_chat(prompt)
     if len(plan.prompt_ids) >= llm.context:
@@ -163,12 +175,15 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     return done()
 
 
-def _unknown_terms(kb, question: str, passages: list[Passage]) -> set[str]:
-    """Question terms (words of four letters or more, Chinese bigrams) that no passage and no chunk of
-    the KB contains: what the KB cannot speak about. With them in the question the extractive answer
-    is not offered either: the best passage cannot be about a thing the KB never names."""
+def _states_phone(hit) -> bool:
+    return any(f.kind == "phone" for f in extract_facts(hit.text))
+
+
+def _unknown_words(kb, question: str, passages: list[Passage]) -> dict[str, str]:
+    """Question words (English words of four letters or more, Chinese words) that no passage and no
+    chunk of the KB contains: what the KB cannot speak about. {term: the word as asked}"""
     seen = set().union(*(terms(p.hit.text) for p in passages))
-    return {t for t, word in term_words(question).items()
+    return {t: word for t, word in content_words(question).items()
             if t not in seen and (len(t) >= 4 or not t.isascii()) and not kb.search(word, k=1, mode="bm25")}
 
 
@@ -240,10 +255,8 @@ class GroundedGeneration:
         if plan.refusal is not None:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
-        # the words the KB lacks are the question's topic when they are a third of its terms or more
-        # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
-        topic = plan.unknown_terms if len(plan.unknown_terms) * 3 >= len(terms(plan.question)) else set()
-        verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question, topic)
+        verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
+                            plan.missing_topic)
         need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
         gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
                                 stop=self.stop, cancel=self.cancel)
@@ -290,7 +303,7 @@ class GroundedGeneration:
                 "; the answer was cut before a sentence the passages do not support" if verdict else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
         if verdict in ("model_refused", "off_topic"):
-            words = term_words(plan.question)
+            words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
                    f"the knowledge base never mentions {', '.join(words.get(t, t) for t in unsupported)}, "
                    "which the question asks about")
@@ -299,7 +312,7 @@ class GroundedGeneration:
         why = ("the model stated facts the passages do not support" if verdict == "unsupported" else
                "the model's answer stated no number for a quantity question" if held else
                "the model gave no answer")
-        if plan.extractive and not plan.unknown_terms:
+        if plan.extractive:
             for sentence in split_sentences(plan.extractive):
                 yield from self._emit(sentence)
             return self._finish("stop", tokens, self._grounding(

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import rjieba
+
 from app.answer.facts import normalize
 from knowledge.retrieval import Hit
 
@@ -56,6 +58,22 @@ def term_words(text: str) -> dict[str, str]:
 
 def terms(text: str) -> set[str]:
     return set(term_words(text))
+
+
+# Chinese question words a segmenter keeps whole: no evidence of a topic
+_ZH_ASKING = set("怎么 怎样 怎么办 多少 多久 多长 多长时间 多大 多远 多快 什么 为什么 哪个 哪里 哪儿 是不是 可以 能不能 能否 "
+                 "应该 需要 一下 时候 这个 那个 来着 的话 还是 一共".split())
+
+
+def content_words(text: str) -> dict[str, str]:
+    """The question's words as a reader splits them: English term stems (as `term_words`) and
+    Chinese words from a segmenter. Bigrams suit matching, but as *words* they are wrong half the
+    time ("车在路上" gives "车在" and "在路"), so what a KB lacks is asked of whole words."""
+    text = normalize(text).lower()
+    out = {w[:5]: w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
+    for run in _CJK_RUN.findall(text):
+        out.update({w: w for w in rjieba.cut(run) if len(w) >= 2 and w not in _ZH_ASKING})
+    return out
 
 
 def coverage(question: str, passage: str) -> float:

@@ -3,7 +3,9 @@
     sentence ─► extract_facts ─► each fact looked up in FactIndex(passages + the question)
              ─► Check(supported, unsupported)
 
-A sentence that uses a word of the question no passage contains is off topic. The question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg
+A sentence that uses a word of the question no passage contains is off topic. A sentence that denies
+something must have a source sentence about the same thing that denies too: small models turn
+"it switches off after 15 minutes" into "it does not switch itself off". The question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg
 is more than the limit") without inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that says it
 does not know is taken at its word.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.answer.facts import UNIT_WORDS, Fact, FactIndex, extract_facts, normalize
+from app.answer.facts import Fact, FactIndex, extract_facts, without_facts
 from app.answer.relevance import terms
 from app.answer.sentences import split_sentences
 
@@ -43,18 +45,19 @@ class Check:
         return not _LETTER.search(re.sub(r"\[\d+\]", "", self.text))
 
 
+# a denial is a claim a driver acts on ("it does not switch itself off"), as hard as a number
+_NEGATION = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|isn't|aren't|won't|none|nothing)\b|"
+                       r"不|没有|没法|无法|无需|无须|别", re.I)
+
+
+_REPLY = re.compile(r"^\s*(?:no|yes)\b\W*", re.I)  # "No: 2,000 kg is more than ...": the reply to a yes/no question
+
+
 @dataclass
 class _Source:
     index: FactIndex
     terms: set[str]
-
-
-def _without_facts(text: str) -> str:
-    """The words a sentence says around its facts (numbers and unit words taken out)."""
-    text = normalize(text)
-    for f in extract_facts(text):
-        text = text.replace(f.text, " ")
-    return " ".join(w for w in text.split() if w.lower().strip(".,;:!?()") not in UNIT_WORDS)
+    negated: bool
 
 
 class Verifier:
@@ -65,8 +68,8 @@ class Verifier:
         # a control or menu item must exist in the passages: the driver naming one does not make it real
         self.names = FactIndex.of(passages)
         self.missing = set(unknown)
-        self.question_terms = terms(_without_facts(question))
-        self.sentences = [_Source(FactIndex.of([s]), terms(_without_facts(s)))
+        self.question_terms = terms(without_facts(question))
+        self.sentences = [_Source(FactIndex.of([s]), terms(without_facts(s)), bool(_NEGATION.search(s)))
                           for text in [*passages, question] for s in split_sentences(text) if s.strip()]
 
     def check(self, sentence: str) -> Check:
@@ -74,10 +77,20 @@ class Verifier:
         said = terms(sentence)
         off_topic = sorted(m for m in self.missing if any(t.startswith(m) or m.startswith(t) for t in said))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, sentence)]
+        denial = _NEGATION.search(_REPLY.sub("", sentence))
+        if denial and not _REFUSAL.search(sentence) and not self._denied_by_a_source(sentence):
+            unsupported.append(Fact("negation", "not", denial.group(0)))
         return Check(sentence, facts, unsupported, bool(_REFUSAL.search(sentence)), off_topic)
 
     def _supported(self, fact: Fact) -> bool:
         return (self.names if fact.kind in ("name", "menu") else self.index).supports(fact)
+
+    def _denied_by_a_source(self, sentence: str) -> bool:
+        """A sentence that denies something ("there is no top speed limit") needs a source sentence
+        about the same thing (two shared terms, or all of a short sentence's) that denies too."""
+        own = terms(without_facts(sentence)) - {"answe"}
+        need = min(2, len(own))
+        return any(s.negated and len(own & s.terms) >= need for s in self.sentences)
 
     def _in_context(self, fact: Fact, sentence: str) -> bool:
         """A number must be said about what its source sentence is about: "the boot holds 4 litres" is
@@ -85,7 +98,7 @@ class Verifier:
         facts taken out) must share a term with a source sentence that states the number."""
         if fact.kind != "number":
             return True
-        own = terms(_without_facts(sentence)) - {"answe"}
+        own = terms(without_facts(sentence)) - {"answe"}
         if len(own) < 2:  # "The answer is 290.": the number is said about what the question asks
             own = self.question_terms
         if not own:

@@ -95,8 +95,12 @@ async def chat_completions(req: ChatRequest, state: Ready, request: Request):
     req.voice = req.voice or req.model == VOICE_MODEL
     s = state.settings
     sampling = _sampling(req, s.default_repetition_penalty)
-    plan = await run_in_threadpool(plan_answer, req, state.llm, _kb(state) if req.rag else None,
-                                   s.default_max_tokens, s.rag_k, s.rag_min_score)
+
+    def plan() -> AnswerPlan:  # off the event loop: the KB's counts are SQLite reads
+        return plan_answer(req, state.llm, _kb(state) if req.rag else None, s.default_max_tokens, s.rag_k,
+                           s.rag_min_score)
+
+    plan = await run_in_threadpool(plan)
     completion = _Completion(req.model, plan)
     if plan.refusal is not None:  # "I don't know" needs no model: never queue it behind a generation
         gen = GroundedGeneration(state.llm, plan, sampling)

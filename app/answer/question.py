@@ -1,0 +1,75 @@
+"""What the driver asked: the question as meant, and the kind of fact it wants.
+
+Spoken questions repair themselves: "how much range does the heat pump... no, how much range do I
+get at 120 on the motorway?" asks only the part after the repair, and retrieving on the whole of it
+finds the heat pump. A question that asks for a phone number is answered by a passage that states
+one; one that asks "how much / how long" by a passage that states a quantity.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.answer.facts import extract_facts, named_units, without_facts
+from app.answer.relevance import terms
+
+# a repair: a pause (… , — ;) then "no", "sorry", "I mean", "wait" ... then the question again
+_REPAIR = re.compile(r"(?:\.{2,}|…|,|;|—|–|\s-\s)\s*(?:no+|nope|sorry|i mean|wait|or rather|scratch that|"
+                     r"no wait|actually no|no sorry)\s*[,.…!]*\s+", re.I)
+_REPAIR_ZH = re.compile(r"(?:不对|不是不是|我是说|我的意思是|说错了|算了)[，,。…\s]*")
+_CURRENCIES = (" eur", " usd", " gbp", " cny")
+_MIN_TERMS = 2  # a repaired question has at least this many content terms, or the repair is not one
+
+_QUANTITY = re.compile(r"\b(?:how\s+(?:much|many|long|far|fast|often|heavy|big|quick|old|low|high)|what\s+(?:number|"
+                       r"size|speed|pressure|type|limit)|which\s+number|when)\b|多少|多久|多长|多快|多远|多大|几|"
+                       r"什么型号|电话", re.I)
+_PRICE = re.compile(r"\bhow\s+much\b.*\b(?:cost|price|charge|pay)|\b(?:cost|price)\b|多少钱|价格|费用", re.I)
+_FREE = re.compile(r"\bfree\b|no charge|免费|不收费", re.I)
+_PHONE = re.compile(r"\b(?:number|call|ring|phone|dial)\b|电话|号码|打给", re.I)
+
+
+def meant(question: str) -> str:
+    """The question after its last speech repair; the question itself when it has none."""
+    for pattern in (_REPAIR, _REPAIR_ZH):
+        parts = pattern.split(question)
+        if len(parts) > 1 and len(terms(parts[-1])) >= _MIN_TERMS:
+            return parts[-1].strip()
+    return question
+
+
+def asks_quantity(question: str) -> bool:
+    return bool(_QUANTITY.search(question))
+
+
+def asks_phone(question: str) -> bool:
+    return bool(_PHONE.search(question))
+
+
+# words that say what kind of answer is wanted, not what it is about
+_ASKING = terms("number phone call ring dial capacity amount size value maximum minimum")
+
+
+def topic(question: str) -> set[str]:
+    """The question's content terms that name what it is about (numbers, units and words such as
+    "number" or "capacity" taken out: they describe the answer)."""
+    return terms(without_facts(question)) - _ASKING
+
+
+def on_topic(question: str, passage: str) -> bool:
+    """Whether a passage names something the question is about: the washer-fluid entry ("the
+    reservoir holds 4 litres") does not answer "what's the boot capacity in litres?"."""
+    wanted = topic(question)
+    return not wanted or bool(wanted & terms(passage))
+
+
+def answers_kind(question: str, answer: str) -> bool:
+    """Whether an answer states the kind of value the question asks for: a price for "how much does
+    it cost" (or that it is free), a phone number when one is asked for, and a number in the unit
+    the question names ("in litres", "how many kilometres")."""
+    facts = extract_facts(answer)
+    if _PRICE.search(question) and not (_FREE.search(answer) or any(f.key.endswith(_CURRENCIES) for f in facts)):
+        return False
+    if asks_phone(question) and not any(f.kind == "phone" for f in facts):
+        return False
+    units = named_units(question) - {f.key.split(" ", 1)[1] for f in extract_facts(question) if " " in f.key}
+    return not units or any(" " in f.key and f.key.split(" ", 1)[1] in units for f in facts)
