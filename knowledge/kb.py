@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge import index as vindex
-from knowledge.chunking import Chunker
+from knowledge.chunking import Chunk, Chunker
 from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
 from knowledge.fusion import reciprocal_rank_fusion
+from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import IngestReport, run_ingest
 from knowledge.lexical import search_bm25
 from knowledge.paths import default_kb_dir
@@ -51,9 +52,7 @@ class KnowledgeBase:
         self.index_kind = index_kind
         self._max_tokens, self._overlap = max_tokens, overlap
         self._chunker: Chunker | None = None
-        self._index: vindex.VectorIndex | None = None
-        self._index_dirty = False
-        self.last_rebuild_reason: str | None = None  # why open() rebuilt the vector index, if it did
+        self._vectors = SyncedIndex(store, kb_dir / self.INDEX_FILE)
         # the answerability threshold search() applies when given min_score=None (calibrated for
         # all-MiniLM-L6-v2; set another after `hexrag eval retrieval` with another embedder)
         self.default_min_score: float = DEFAULT_MIN_SCORE
@@ -76,12 +75,12 @@ class KnowledgeBase:
             store.set_meta(index_kind=index)
         kb = cls(kb_dir, store, embedder, kind, max_tokens, overlap)
         if embedder is not None:
-            kb._load_index()  # a stale, missing or altered index is rebuilt now
+            kb._vectors.current()  # a stale index is caught up now, a missing or altered one rebuilt
         return kb
 
     def close(self) -> None:
         with self._lock:
-            self._save_index_if_dirty()
+            self._vectors.save()
             self.store.close()
 
     def __enter__(self) -> KnowledgeBase:
@@ -118,68 +117,31 @@ class KnowledgeBase:
             self._chunker = Chunker(e.tokenizer, self._max_tokens or e.seq, self._overlap)
         return self._chunker
 
-    # ---- vector index (derived from SQLite)
+    # ---- vector index (derived from SQLite, kept in step with it by knowledge.index_sync)
     @property
     def index_path(self) -> Path:
         return self.dir / self.INDEX_FILE
 
-    def _index_mismatch(self, sidecar: dict[str, Any]) -> str | None:
-        ids = self.store.embedded_ids()
-        if sidecar.get("model_id") != self.model_id:
-            return f"index built with {sidecar.get('model_id')}, KB uses {self.model_id}"
-        if sidecar.get("count") != len(ids):
-            return f"index holds {sidecar.get('count')} vectors, SQLite {len(ids)}"
-        if sidecar.get("ids_sha256") != vindex.ids_checksum(ids):
-            return "index ids differ from the SQLite chunk ids"
-        if sidecar.get("kind") != vindex.resolve_kind(self.index_kind, len(ids)):
-            return f"index kind {sidecar.get('kind')} but {vindex.resolve_kind(self.index_kind, len(ids))} is wanted"
-        return None
+    @property
+    def last_rebuild_reason(self) -> str | None:
+        """Why opening rebuilt the vector index from SQLite, if it did (None: loaded and caught up)."""
+        return self._vectors.last_rebuild_reason
 
-    def _load_index(self) -> vindex.VectorIndex | None:
-        if self._index is not None:
-            return self._index
-        if self.model_id is None:  # nothing embedded yet
-            return None
-        try:
-            sidecar = vindex.read_sidecar(self.index_path)
-            reason = self._index_mismatch(sidecar)
-            if reason is None:
-                self._index = vindex.load_index(self.index_path, sidecar)
-                return self._index
-        except vindex.IndexFileError as e:
-            reason = str(e)
-        if self.store.counts()["embeddings"]:  # (a KB about to receive its first vectors has nothing to rebuild)
-            log.info("rebuilding the vector index of %s: %s", self.dir, reason)
-            self.last_rebuild_reason = reason
-        self._rebuild_vector_index()
-        return self._index
+    def save_index(self) -> None:
+        """Write the in-memory vector index if it holds changes (ingest, delete and close do this)."""
+        with self._lock:
+            self._vectors.save()
 
-    def _rebuild_vector_index(self) -> None:
-        ids, vectors = self.store.all_vectors(self.dim)
-        kind = vindex.resolve_kind(self.index_kind, len(ids))
-        self._index = vindex.build_index(kind, self.dim, ids, vectors)
-        vindex.save_index(self._index, self.index_path, self.model_id or "")
-        self._index_dirty = False
+    def commit_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> None:
+        """Write one document version to SQLite, then follow it in the vector index (saved later)."""
+        with self._lock:
+            self._vectors.apply(self.store.replace_document(fields, chunks, vectors), vectors)
 
-    def _index_update(self, removed: np.ndarray, new_ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Mirror one committed document write into the in-memory index (saved later)."""
-        index = self._load_index()
-        if index is None:
-            self._index = index = vindex.build_index("flat", self.dim, np.zeros(0, np.int64),
-                                                     np.zeros((0, self.dim), np.float32))
-        index.remove(removed)
-        index.add(new_ids, vectors)
-        self._index_dirty = True
-
-    def _save_index_if_dirty(self) -> None:
-        if not self._index_dirty or self._index is None:
-            return
-        n = len(self._index)
-        if self._index.wants_rebuild or self._index.kind != vindex.resolve_kind(self.index_kind, n):
-            self._rebuild_vector_index()  # switch flat -> hnsw past the threshold, drop tombstones
-        else:
-            vindex.save_index(self._index, self.index_path, self.model_id or "")
-            self._index_dirty = False
+    def remove_document(self, doc: DocumentRecord) -> None:
+        with self._lock:  # SQLite first, then the index
+            write = self.store.delete_document(doc.id)
+            if self.model_id is not None:
+                self._vectors.apply(write, np.zeros((0, self.dim), np.float32))
 
     # ---- writing
     def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True) -> IngestReport:
@@ -189,17 +151,11 @@ class KnowledgeBase:
             embedder = self._need_embedder()
             if self.model_id is None:
                 self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
-            self._load_index()
+            self._vectors.current()
             try:
                 return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune)
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
-                self._save_index_if_dirty()
-
-    def _delete_record(self, doc: DocumentRecord) -> None:
-        removed = self.store.delete_document(doc.id)  # SQLite first, then the index
-        if self._load_index() is not None:
-            self._index.remove(removed)
-            self._index_dirty = True
+                self._vectors.save()
 
     def _find_documents(self, source: str) -> list[DocumentRecord]:
         docs = self.store.documents()
@@ -222,9 +178,9 @@ class KnowledgeBase:
                 raise UnknownDocumentError(f"no document {source!r} in the KB at {self.dir}")
             try:
                 for doc in docs:
-                    self._delete_record(doc)
+                    self.remove_document(doc)
             finally:
-                self._save_index_if_dirty()
+                self._vectors.save()
             return docs
 
     def rebuild_index(self, reembed: bool = False, progress: bool = False) -> dict[str, Any]:
@@ -235,7 +191,7 @@ class KnowledgeBase:
                 self._reembed(progress)
             self.store.rebuild_fts()
             if self.model_id is not None:
-                self._rebuild_vector_index()
+                self._vectors.rebuild()
             return self.stats()
 
     def _reembed(self, progress: bool) -> None:
@@ -250,7 +206,6 @@ class KnowledgeBase:
                 self.store.replace_vectors([(cid, v) for (cid, _, _), v in zip(rows, vectors)])
                 bar.update(len(rows))
         self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
-        self._index = None
 
     # ---- reading
     def list_documents(self) -> list[DocumentRecord]:
@@ -273,7 +228,7 @@ class KnowledgeBase:
     def check(self) -> CheckReport:
         """Consistency of SQLite (documents, chunks, embeddings), both FTS indexes and the vector index."""
         with self._lock:
-            self._save_index_if_dirty()
+            self._vectors.save()
             problems = []
             q = lambda sql, *a: self.store.db.execute(sql, a).fetchone()[0]  # noqa: E731
             if n := q("SELECT count(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)"):
@@ -298,17 +253,29 @@ class KnowledgeBase:
             if len(embedded):
                 try:
                     sidecar = vindex.read_sidecar(self.index_path)
-                    if reason := self._index_mismatch(sidecar):
+                    if reason := self._index_file_mismatch(sidecar, embedded):
                         problems.append(f"vector index: {reason}")
-                    elif self._index is None:
+                    else:
                         vindex.load_index(self.index_path, sidecar)
                 except vindex.IndexFileError as e:
                     problems.append(f"vector index: {e}")
-                if self._index is not None and not np.array_equal(self._index.ids(), embedded):
+                index = self._vectors.current() if self.embedder is not None else self._vectors.index
+                if index is not None and not np.array_equal(index.ids(), embedded):
                     problems.append("vector index in memory differs from SQLite")
             counts = {"documents": q("SELECT count(*) FROM documents"), "chunks": len(chunk_ids),
                       "vectors": len(embedded)}
             return CheckReport(not problems, problems, counts)
+
+    def _index_file_mismatch(self, sidecar: dict[str, Any], ids: np.ndarray) -> str | None:
+        if sidecar.get("model_id") != self.model_id:
+            return f"index built with {sidecar.get('model_id')}, KB uses {self.model_id}"
+        if sidecar.get("count") != len(ids):
+            return f"index holds {sidecar.get('count')} vectors, SQLite {len(ids)}"
+        if sidecar.get("ids_sha256") != vindex.ids_checksum(ids):
+            return "index ids differ from the SQLite chunk ids"
+        if sidecar.get("kind") != vindex.resolve_kind(self.index_kind, len(ids)):
+            return f"index kind {sidecar.get('kind')} but {vindex.resolve_kind(self.index_kind, len(ids))} is wanted"
+        return None
 
     # ---- search
     def _document_filter(self, sources, document) -> list[int] | None:
@@ -329,7 +296,7 @@ class KnowledgeBase:
         return sorted(keep)
 
     def _dense(self, qvec: np.ndarray, depth: int, doc_ids: list[int] | None) -> list[tuple[int, float]]:
-        index = self._load_index()
+        index = self._vectors.current()
         if index is None or not len(index):
             return []
         if doc_ids is not None:
