@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,59 @@ def test_html_text_and_headings(tmp_path):
     doc = load_document(path)
     assert doc.title == "T"
     assert sections(doc) == [("Charging", "Plug & charge."), ("Charging > At home", "Wallbox\nSocket")]
+
+
+# the chrome of a Sphinx page (basic theme) with no content of its own
+CHROME_ONLY = """<!DOCTYPE html><html><head><title>Index — Docs</title></head><body>
+<div class="related" role="navigation"><h3>Navigation</h3><ul><li><a href="genindex.html">index</a></li>
+<li class="right"><a href="next.html">next</a> |</li></ul></div>
+<div class="sphinxsidebar" role="navigation"><h3><a href="index.html">Table of Contents</a></h3>
+<ul><li><a class="reference internal" href="#">Intro</a></li></ul><h3>This Page</h3>
+<ul class="this-page-menu"><li><a href="_sources/x.rst.txt" rel="nofollow">Show Source</a></li></ul>
+<div id="searchbox" role="search"><h3>Quick search</h3><form action="search.html"><input name="q"/></form></div></div>
+<div class="footer" role="contentinfo">&#169; Copyright 2010 Pallets. Created using <a href="https://sphinx-doc.org/">Sphinx</a>.</div>
+<p><a href="https://github.com/x/y/issues">Report a Bug</a> / <a href="_sources/x.rst.txt">Show Source</a></p>
+<p>Copyright 2024, the authors.</p></body></html>"""
+REALDOCS = Path(__file__).resolve().parents[1] / "knowledge" / "samples" / "realdocs" / "flask"
+
+
+def test_html_chrome_only_page_has_no_text(tmp_path):
+    path = tmp_path / "index.html"
+    path.write_text(CHROME_ONLY)
+    with pytest.raises(IngestError, match="no text to index"):
+        load_document(path)
+
+
+def test_html_headings_lose_permalink_anchors_and_code_stays_whole(tmp_path):
+    path = tmp_path / "faq.html"
+    path.write_text('<main><h1>FAQ<a class="headerlink" href="#faq" title="Permalink to this headline">¶</a></h1>'
+                    '<h2>How do I…?<a href="#how">¶</a></h2><p>Like this:</p><pre>pip install x\n\n\nimport x\n'
+                    '    x.run()</pre><p>Done.</p><h2 id="why">Why? <a class="anchor" href="#why">#</a></h2>'
+                    '<p>Because.</p><h3>Permalink to this heading</h3><p>Kept under its parent.</p></main>')
+    got = sections(load_document(path))
+    assert got == [("FAQ > How do I…?", "Like this:\n\npip install x\nimport x\n    x.run()\n\nDone."),
+                   ("FAQ > Why?", "Because."), ("FAQ > Why?", "Kept under its parent.")]
+    md = tmp_path / "faq.md"
+    md.write_text("# FAQ ¶\n\n## How do I…?¶\n\nLike this.\n")
+    assert sections(load_document(md)) == [("FAQ > How do I…?", "Like this.")]
+
+
+def test_html_sphinx_page_keeps_its_sections_and_drops_its_chrome():
+    doc = load_document(REALDOCS / "security.html")
+    assert doc.title == "Security Considerations — Flask Documentation (2.2.x)"
+    headings = [" > ".join(s.heading) for s in doc.sections]
+    top = "Security Considerations"
+    headers = "Security Considerations > Security Headers"
+    assert headings == [top, f"{top} > Cross-Site Scripting (XSS)", f"{top} > Cross-Site Request Forgery (CSRF)",
+                        f"{top} > JSON Security", headers, f"{headers} > HTTP Strict Transport Security (HSTS)",
+                        f"{headers} > Content Security Policy (CSP)", f"{headers} > X-Content-Type-Options",
+                        f"{headers} > X-Frame-Options", f"{headers} > Set-Cookie options",
+                        f"{headers} > HTTP Public Key Pinning (HPKP)", f"{top} > Copy/Paste to Terminal"]
+    for chrome in ("Navigation", "Show Source", "Quick search", "Table of Contents", "©", "Created using",
+                   "Report a Bug", "¶", "previous |", "Contents"):
+        assert chrome not in doc.text, chrome
+    assert "response.headers['Strict-Transport-Security'] = 'max-age=31536000; includeSubDomains'" in doc.text
+    assert doc.text.startswith("Web applications usually face all kinds of security problems")
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
