@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge import index as vindex
-from knowledge.chunking import Chunk, Chunker
+from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path
 from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
 from knowledge.fusion import reciprocal_rank_fusion
 from knowledge.index_sync import SyncedIndex
@@ -202,8 +202,9 @@ class KnowledgeBase:
         total = self.store.counts()["chunks"]
         with tqdm(total=total, unit="chunk", disable=not progress, desc="re-embed", leave=False) as bar:
             for rows in self.store.iter_chunk_texts():
-                vectors = embedder.embed([chunker.embed_text(heading, text) for _, heading, text in rows]).vectors
-                self.store.replace_vectors([(cid, v) for (cid, _, _), v in zip(rows, vectors)])
+                vectors = embedder.embed([chunker.embed_text(context_path(title, tuple(heading.split(HEADING_SEP))), text)
+                                          for _, title, heading, text in rows]).vectors
+                self.store.replace_vectors([(row[0], v) for row, v in zip(rows, vectors)])
                 bar.update(len(rows))
         self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
 

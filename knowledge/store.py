@@ -307,8 +307,10 @@ class Store:
     def chunk_ids(self) -> np.ndarray:
         return np.array([r[0] for r in self.db.execute("SELECT id FROM chunks ORDER BY id")], np.int64)
 
-    def iter_chunk_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str, str]]]:
-        rows = self.db.execute("SELECT id, heading, text FROM chunks ORDER BY id").fetchall()
+    def iter_chunk_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str, str]]]:
+        """(chunk id, document title, heading path, text) in batches: what re-embedding needs."""
+        rows = self.db.execute("SELECT c.id, d.title, c.heading, c.text FROM chunks c "
+                               "JOIN documents d ON d.id = c.document_id ORDER BY c.id").fetchall()
         for start in range(0, len(rows), batch):
             yield rows[start:start + batch]
 

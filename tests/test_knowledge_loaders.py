@@ -222,6 +222,23 @@ def test_faq_entry_is_one_chunk_even_when_long(tmp_path, chunker):
     assert len(chunks) == 1 and chunks[0].entry_id == "long" and chunks[0].text.startswith("Why?\n")
 
 
+def test_chunks_embed_where_they_are_and_store_clean_text(tmp_path):
+    chunker = Chunker(tiny_bert_tokenizer(), max_tokens=128)  # room for the whole path (a quarter of L)
+    (tmp_path / "a.html").write_text("<title>Aurora owner's manual</title><h1>Charging</h1><h2>At home</h2>"
+                                     "<p>Use the wallbox.</p>")
+    (tmp_path / "b.html").write_text("<title>Charging — Aurora docs</title><h1>Charging</h1><p>Use the wallbox.</p>")
+    (tmp_path / "c.md").write_text("# Driving\n\nGo.\n\n# Safety\n\nBuckle up.\n")
+    (tmp_path / "d.txt").write_text("Plain words.\n")
+    got = {name: [(c.embed_text, c.text) for c in chunker.chunk(load_document(tmp_path / name))]
+           for name in ("a.html", "b.html", "c.md", "d.txt")}
+    assert got["a.html"] == [("Aurora owner's manual > Charging > At home\nUse the wallbox.", "Use the wallbox.")]
+    # a title that repeats the first heading adds only the site's name: left out
+    assert got["b.html"] == [("Charging\nUse the wallbox.", "Use the wallbox.")]
+    # two chapters and no document title: each chunk carries its own chapter only
+    assert got["c.md"] == [("Driving\nGo.", "Go."), ("Safety\nBuckle up.", "Buckle up.")]
+    assert got["d.txt"] == [("Plain words.", "Plain words.")]
+
+
 def write_pdf(path, pages: list[str]) -> None:
     """A minimal hand-written PDF (Helvetica text, one line per page) with a correct xref table."""
     objects = ["<< /Type /Catalog /Pages 2 0 R >>",

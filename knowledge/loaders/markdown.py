@@ -74,5 +74,7 @@ def parse_markdown(text: str) -> list[Section]:
 def load_markdown(path: Path, data: bytes | None = None) -> ParsedDocument:
     text = read_text(path, data)
     sections = parse_markdown(text)
-    title = next((s.heading[0] for s in sections if s.heading), None)
-    return ParsedDocument("markdown", text, sections, title)
+    # a document title only when one top heading spans the whole file ("# Driving" then "# Safety"
+    # are two chapters, and neither names the document)
+    tops = {s.heading[0] for s in sections if s.heading}
+    return ParsedDocument("markdown", text, sections, tops.pop() if len(tops) == 1 else None)
