@@ -22,14 +22,16 @@ from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import IngestReport, run_ingest
 from knowledge.lexical import search_bm25
 from knowledge.paths import default_kb_dir
-from knowledge.retrieval import DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, Hit
-from knowledge.store import FTS_TABLES, DocumentRecord, Store
+from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, SCORE_KINDS, Hit,
+                                 by_section, section_key)
+from knowledge.store import FTS_TABLES, ChunkRecord, DocumentRecord, Store
 
 if TYPE_CHECKING:
     from runtime.embedder import Embedder
 
 log = logging.getLogger(__name__)
 EXACT_FILTER_LIMIT = 50_000  # a filtered dense search over at most this many chunks is done exactly
+MAX_DEEPENING = 32  # candidates fetched per ranking: at most this many times the sections wanted
 
 
 @dataclass
@@ -311,6 +313,19 @@ class KnowledgeBase:
             scores, ids = index.search(qvec[None], depth)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
+    def _by_section(self, fetch, want: int, records: dict[int, ChunkRecord]):
+        """(ranking with one chunk per section, score of every chunk fetched) from `fetch(n)`, which
+        gives the n best chunks: asked for more while `want` distinct sections are not reached (a
+        long section's windows can fill a whole candidate list), up to MAX_DEEPENING times deeper."""
+        n = 2 * want
+        while True:
+            raw = fetch(n)
+            records.update(self.store.chunks([i for i, _ in raw if i not in records]))
+            ranking = by_section(raw, records)
+            if len(ranking) >= want or len(raw) < n or n >= MAX_DEEPENING * want:
+                return ranking, dict(raw)
+            n *= 4
+
     def unknown_share(self, text: str) -> float:
         """Share of the text's tokens the embedder only knows as its unknown token ([UNK])."""
         tokenizer = self._need_embedder().tokenizer
@@ -323,12 +338,13 @@ class KnowledgeBase:
 
     def search(self, query: str, k: int = 5, mode: str = "hybrid", sources: str | list[str] | None = None,
                document: int | str | None = None, min_score: float | None = None) -> list[Hit]:
-        """Top-k chunks for a query.
+        """The k best places for a query: one chunk per section (or FAQ entry), best first.
 
         mode: "dense" (cosine of embeddings), "bm25" (FTS5 BM25; needs no embedder) or "hybrid"
         (reciprocal rank fusion of both; the dense ranking is left out when the embedder cannot
-        read the query, e.g. Chinese with an English-only model). sources: document paths, names
-        or glob patterns; document: one document id, path or name.
+        read the query, e.g. Chinese with an English-only model). Each hit's `score` is its mode's
+        (`score_kind`: cosine, bm25 or rrf) and `scores` holds every signal known for it.
+        sources: document paths, names or glob patterns; document: one document id, path or name.
 
         min_score is an answerability threshold on the cosine similarity: dense drops hits below
         it; hybrid returns [] when the best cosine among its candidates is below it (not applied
@@ -344,22 +360,31 @@ class KnowledgeBase:
                 return []
             if min_score is None and mode != "bm25":
                 min_score = self.default_min_score
-            depth = k if mode != "hybrid" else max(FUSION_DEPTH, k)
+            want = k if mode != "hybrid" else max(FUSION_DEPTH, k)  # distinct sections per ranking
+            records: dict[int, ChunkRecord] = {}
             dense: list[tuple[int, float]] = []
+            dense_score: dict[int, float] = {}
             qvec = None
             if mode in ("dense", "hybrid"):
                 qvec = self._need_embedder().embed([query]).vectors[0]
-                dense = self._dense(qvec, depth, doc_ids)
-            lexical = search_bm25(self.store, query, depth, doc_ids) if mode in ("bm25", "hybrid") else []
-            dense_score, bm25_score = dict(dense), dict(lexical)
+                dense, dense_score = self._by_section(lambda n: self._dense(qvec, n, doc_ids), want, records)
+            lexical, bm25_score = [], {}
+            if mode in ("bm25", "hybrid"):
+                lexical, bm25_score = self._by_section(lambda n: search_bm25(self.store, query, n, doc_ids), want,
+                                                       records)
             if mode == "dense":
                 ranked = dense
             elif mode == "bm25":
                 ranked = lexical
             else:
                 readable = self.unknown_share(query) <= MAX_UNKNOWN_SHARE
-                ranked = reciprocal_rank_fusion([[i for i, _ in dense], [i for i, _ in lexical]],
-                                                [1.0 if readable else 0.0, 1.0])
+                # fused by section: a section's place in each ranking is that of its best chunk, and the
+                # dense side's chunk speaks for it (fusion's ties go to the dense side as well)
+                chunk_of = {section_key(records[i]): i for i, _ in lexical + dense}
+                fused = reciprocal_rank_fusion([[section_key(records[i]) for i, _ in dense],
+                                                [section_key(records[i]) for i, _ in lexical]],
+                                               [1.0 if readable else 0.0, 1.0])
+                ranked = [(chunk_of[key], score) for key, score in fused]
                 missing = np.array([i for i, _ in ranked[:k] if i not in dense_score], np.int64)
                 if len(missing):  # cosine of the BM25-only hits, for display and the gate
                     dense_score.update(zip(missing.tolist(), (self.store.vectors(missing, self.dim) @ qvec).tolist()))
@@ -367,15 +392,13 @@ class KnowledgeBase:
                     return []
             if min_score is not None and mode != "hybrid":
                 ranked = [(i, s) for i, s in ranked if s >= min_score]
-            ranked = ranked[:k]
-            records = self.store.chunks([i for i, _ in ranked])
             hits = []
-            for cid, score in ranked:
+            for cid, score in ranked[:k]:
                 r = records[cid]
                 scores = {"dense": dense_score.get(cid), "bm25": bm25_score.get(cid)}
                 if mode == "hybrid":
                     scores["hybrid"] = score
                 hits.append(Hit(cid, r.text, r.source, r.name, r.heading, r.entry_id, float(score),
                                 {m: float(s) for m, s in scores.items() if s is not None}, r.start, r.end,
-                                r.document_id))
+                                r.document_id, SCORE_KINDS[mode]))
             return hits
