@@ -314,16 +314,17 @@ class KnowledgeBase:
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
     def _by_section(self, fetch, want: int, records: dict[int, ChunkRecord]):
-        """(ranking with one chunk per section, score of every chunk fetched) from `fetch(n)`, which
-        gives the n best chunks: asked for more while `want` distinct sections are not reached (a
-        long section's windows can fill a whole candidate list), up to MAX_DEEPENING times deeper."""
+        """(the `want` best sections, each by its best chunk; score of every chunk fetched) from
+        `fetch(n)`, which gives the n best chunks: asked for more while `want` distinct sections are not
+        reached (a long section's windows can fill a whole candidate list), up to MAX_DEEPENING times
+        deeper."""
         n = 2 * want
         while True:
             raw = fetch(n)
             records.update(self.store.chunks([i for i, _ in raw if i not in records]))
             ranking = by_section(raw, records)
             if len(ranking) >= want or len(raw) < n or n >= MAX_DEEPENING * want:
-                return ranking, dict(raw)
+                return ranking[:want], dict(raw)  # deeper fused lists only add noise (FUSION_DEPTH)
             n *= 4
 
     def unknown_share(self, text: str) -> float:

@@ -67,7 +67,7 @@ def _is_chrome(el: etree._Element) -> bool:
     names = (el.get("class") or "").lower().split() + (el.get("id") or "").lower().split()
     if any(_CHROME_NAME.search(n) for n in names):
         return True
-    text = " ".join(el.text_content().split()) if tag in ("a", "p", "div", "span") else ""
+    text = " ".join(el.text_content().split()) if tag in ("a", "p", "div") else ""
     if tag == "a" and (_CHROME_LINK.match(text) or (text and not clean_heading(text))):
         return True  # "Show Source", "Edit on GitHub", and anchors that are only a pilcrow
     return tag in ("p", "div") and len(text) < 300 and bool(_COPYRIGHT.match(text))
