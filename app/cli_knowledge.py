@@ -179,17 +179,25 @@ def _min_score(value: str | None) -> float | None:
 @click.command()
 @click.argument("query")
 @click.option("--k", "k", default=5, show_default=True, help="Number of results.")
-@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default="hybrid", show_default=True)
+@click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default="hybrid", show_default=True,
+              help="dense: cosine of embeddings; bm25: FTS5 BM25; hybrid: reciprocal rank fusion of both.")
 @click.option("--source", "sources", multiple=True, help="Only these documents (path, name or glob; repeatable).")
-@click.option("--min-score", help="Answerability threshold on the cosine (default: the KB's calibrated one; "
-                                  "'none' disables it); for bm25 a BM25 score.")
+@click.option("--min-score", help="Answerability threshold on the cosine similarity (-1..1), also in hybrid mode, "
+                                  "where it is compared with the best cosine and not with the printed RRF score "
+                                  "(default: the KB's calibrated one, 0.25 for all-MiniLM-L6-v2; 'none' disables "
+                                  "it); in bm25 mode a BM25 score, no default.")
 @_kb
 @_embedder
 @_backend
 @_json
 @_friendly
 def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, backend, as_json) -> None:
-    """Search the KB; prints the best chunks with their source and heading."""
+    """Search the KB; prints the best places (one chunk per section or FAQ entry) with their source and heading.
+
+    The score printed (and `score` in --json, named by `score_kind`) is the mode's: dense the cosine
+    similarity (-1..1), bm25 the BM25 score (higher is better, unbounded), hybrid the reciprocal-rank-
+    fusion score (sum of 1/(60 + rank) over both rankings: at most 2/61 = 0.033; it orders results and
+    is no similarity). `scores` in --json holds every signal known for a hit (dense, bm25, hybrid)."""
     threshold = _min_score(min_score)
     with _open(kb_dir, embedder_dir, backend, embedder=mode != "bm25") as base:
         hits = base.search(query, k=k, mode=mode, sources=list(sources) or None, min_score=threshold)

@@ -190,9 +190,8 @@ def bench_kb_search(n: int, queries: int, seed: int = 0) -> list[dict]:
             chunks = [Chunk(c, ("Section",), t, 0, len(t), None, t, 30) for c, t in enumerate(texts)]
             fields = {"source": f"/synthetic/{d}.md", "name": f"{d}.md", "kind": "markdown", "title": None,
                       "content_hash": str(d), "chunker": "synthetic", "size": 0, "mtime": None, "text": ""}
-            removed, new_ids = kb.store.replace_document(fields, chunks, unit(rng, per_doc))
-            kb._index_update(removed, new_ids, kb.store.vectors(new_ids, DIM))
-        kb._save_index_if_dirty()
+            kb.commit_document(fields, chunks, unit(rng, per_doc))
+        kb.save_index()
         write_s = time.perf_counter() - started
         out = []
         en = [" ".join(rng.choice(VOCAB, 5, p=VOCAB_P)) for _ in range(queries)]

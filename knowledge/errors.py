@@ -33,3 +33,7 @@ class UnknownDocumentError(KnowledgeError):
 
 class KnowledgeBaseCorruptError(KnowledgeError):
     """The SQLite file is not a hexrag KB or has a schema this version cannot read."""
+
+
+class KnowledgeBaseBusyError(KnowledgeError):
+    """Another process kept the vector-index lock longer than the wait allows."""

@@ -2,7 +2,7 @@
 
 Each document is committed in its own SQLite transaction, so a crash leaves every document either
 at its old or at its new version; the in-memory index follows each commit and is saved at the end
-(an index left stale by a crash is rebuilt from SQLite on the next open)."""
+(an index left stale by a crash is caught up from SQLite on the next open)."""
 
 from __future__ import annotations
 
@@ -153,8 +153,7 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> 
             report.truncated += cut
         report.embedded += len(todo)
     for p in pending:
-        removed, new_ids = kb.store.replace_document(p.fields, p.chunks, p.vectors)
-        kb._index_update(removed, new_ids, p.vectors)  # after the commit: SQLite always leads
+        kb.commit_document(p.fields, p.chunks, p.vectors)
         (report.updated if p.is_update else report.added).append(p.fields["source"])
         report.chunks += len(p.chunks)
 
@@ -188,7 +187,7 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
         for doc in kb.store.documents():
             under = any(Path(doc.source).is_relative_to(root) for root in roots)
             if under and doc.source not in seen and not Path(doc.source).exists():
-                kb._delete_record(doc)
+                kb.remove_document(doc)
                 report.deleted.append(doc.source)
     report.seconds = time.perf_counter() - started
     return report

@@ -15,20 +15,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge import index as vindex
-from knowledge.chunking import Chunker
+from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path
 from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
 from knowledge.fusion import reciprocal_rank_fusion
+from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import MAX_FILE_BYTES, IngestReport, run_ingest
 from knowledge.lexical import search_bm25
 from knowledge.paths import default_kb_dir
-from knowledge.retrieval import DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, Hit
-from knowledge.store import FTS_TABLES, DocumentRecord, Store
+from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, SCORE_KINDS, Hit,
+                                 by_section, section_key)
+from knowledge.store import FTS_TABLES, ChunkRecord, DocumentRecord, Store
 
 if TYPE_CHECKING:
     from runtime.embedder import Embedder
 
 log = logging.getLogger(__name__)
 EXACT_FILTER_LIMIT = 50_000  # a filtered dense search over at most this many chunks is done exactly
+MAX_DEEPENING = 32  # candidates fetched per ranking: at most this many times the sections wanted
 
 
 @dataclass
@@ -51,9 +54,7 @@ class KnowledgeBase:
         self.index_kind = index_kind
         self._max_tokens, self._overlap = max_tokens, overlap
         self._chunker: Chunker | None = None
-        self._index: vindex.VectorIndex | None = None
-        self._index_dirty = False
-        self.last_rebuild_reason: str | None = None  # why open() rebuilt the vector index, if it did
+        self._vectors = SyncedIndex(store, kb_dir / self.INDEX_FILE)
         # the answerability threshold search() applies when given min_score=None (calibrated for
         # all-MiniLM-L6-v2; set another after `hexrag eval retrieval` with another embedder)
         self.default_min_score: float = DEFAULT_MIN_SCORE
@@ -76,12 +77,12 @@ class KnowledgeBase:
             store.set_meta(index_kind=index)
         kb = cls(kb_dir, store, embedder, kind, max_tokens, overlap)
         if embedder is not None:
-            kb._load_index()  # a stale, missing or altered index is rebuilt now
+            kb._vectors.current()  # a stale index is caught up now, a missing or altered one rebuilt
         return kb
 
     def close(self) -> None:
         with self._lock:
-            self._save_index_if_dirty()
+            self._vectors.save()
             self.store.close()
 
     def __enter__(self) -> KnowledgeBase:
@@ -118,68 +119,31 @@ class KnowledgeBase:
             self._chunker = Chunker(e.tokenizer, self._max_tokens or e.seq, self._overlap)
         return self._chunker
 
-    # ---- vector index (derived from SQLite)
+    # ---- vector index (derived from SQLite, kept in step with it by knowledge.index_sync)
     @property
     def index_path(self) -> Path:
         return self.dir / self.INDEX_FILE
 
-    def _index_mismatch(self, sidecar: dict[str, Any]) -> str | None:
-        ids = self.store.embedded_ids()
-        if sidecar.get("model_id") != self.model_id:
-            return f"index built with {sidecar.get('model_id')}, KB uses {self.model_id}"
-        if sidecar.get("count") != len(ids):
-            return f"index holds {sidecar.get('count')} vectors, SQLite {len(ids)}"
-        if sidecar.get("ids_sha256") != vindex.ids_checksum(ids):
-            return "index ids differ from the SQLite chunk ids"
-        if sidecar.get("kind") != vindex.resolve_kind(self.index_kind, len(ids)):
-            return f"index kind {sidecar.get('kind')} but {vindex.resolve_kind(self.index_kind, len(ids))} is wanted"
-        return None
+    @property
+    def last_rebuild_reason(self) -> str | None:
+        """Why opening rebuilt the vector index from SQLite, if it did (None: loaded and caught up)."""
+        return self._vectors.last_rebuild_reason
 
-    def _load_index(self) -> vindex.VectorIndex | None:
-        if self._index is not None:
-            return self._index
-        if self.model_id is None:  # nothing embedded yet
-            return None
-        try:
-            sidecar = vindex.read_sidecar(self.index_path)
-            reason = self._index_mismatch(sidecar)
-            if reason is None:
-                self._index = vindex.load_index(self.index_path, sidecar)
-                return self._index
-        except vindex.IndexFileError as e:
-            reason = str(e)
-        if self.store.counts()["embeddings"]:  # (a KB about to receive its first vectors has nothing to rebuild)
-            log.info("rebuilding the vector index of %s: %s", self.dir, reason)
-            self.last_rebuild_reason = reason
-        self._rebuild_vector_index()
-        return self._index
+    def save_index(self) -> None:
+        """Write the in-memory vector index if it holds changes (ingest, delete and close do this)."""
+        with self._lock:
+            self._vectors.save()
 
-    def _rebuild_vector_index(self) -> None:
-        ids, vectors = self.store.all_vectors(self.dim)
-        kind = vindex.resolve_kind(self.index_kind, len(ids))
-        self._index = vindex.build_index(kind, self.dim, ids, vectors)
-        vindex.save_index(self._index, self.index_path, self.model_id or "")
-        self._index_dirty = False
+    def commit_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> None:
+        """Write one document version to SQLite, then follow it in the vector index (saved later)."""
+        with self._lock:
+            self._vectors.apply(self.store.replace_document(fields, chunks, vectors), vectors)
 
-    def _index_update(self, removed: np.ndarray, new_ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Mirror one committed document write into the in-memory index (saved later)."""
-        index = self._load_index()
-        if index is None:
-            self._index = index = vindex.build_index("flat", self.dim, np.zeros(0, np.int64),
-                                                     np.zeros((0, self.dim), np.float32))
-        index.remove(removed)
-        index.add(new_ids, vectors)
-        self._index_dirty = True
-
-    def _save_index_if_dirty(self) -> None:
-        if not self._index_dirty or self._index is None:
-            return
-        n = len(self._index)
-        if self._index.wants_rebuild or self._index.kind != vindex.resolve_kind(self.index_kind, n):
-            self._rebuild_vector_index()  # switch flat -> hnsw past the threshold, drop tombstones
-        else:
-            vindex.save_index(self._index, self.index_path, self.model_id or "")
-            self._index_dirty = False
+    def remove_document(self, doc: DocumentRecord) -> None:
+        with self._lock:  # SQLite first, then the index
+            write = self.store.delete_document(doc.id)
+            if self.model_id is not None:
+                self._vectors.apply(write, np.zeros((0, self.dim), np.float32))
 
     # ---- writing
     def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True,
@@ -191,18 +155,12 @@ class KnowledgeBase:
             embedder = self._need_embedder()
             if self.model_id is None:
                 self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
-            self._load_index()
+            self._vectors.current()
             try:
                 return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune,
                                   max_file_bytes)
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
-                self._save_index_if_dirty()
-
-    def _delete_record(self, doc: DocumentRecord) -> None:
-        removed = self.store.delete_document(doc.id)  # SQLite first, then the index
-        if self._load_index() is not None:
-            self._index.remove(removed)
-            self._index_dirty = True
+                self._vectors.save()
 
     def _find_documents(self, source: str) -> list[DocumentRecord]:
         docs = self.store.documents()
@@ -230,9 +188,9 @@ class KnowledgeBase:
                 raise UnknownDocumentError(f"no document {source!r} in the KB at {self.dir}")
             try:
                 for doc in docs:
-                    self._delete_record(doc)
+                    self.remove_document(doc)
             finally:
-                self._save_index_if_dirty()
+                self._vectors.save()
             return docs
 
     def rebuild_index(self, reembed: bool = False, progress: bool = False) -> dict[str, Any]:
@@ -243,7 +201,7 @@ class KnowledgeBase:
                 self._reembed(progress)
             self.store.rebuild_fts()
             if self.model_id is not None:
-                self._rebuild_vector_index()
+                self._vectors.rebuild()
             return self.stats()
 
     def _reembed(self, progress: bool) -> None:
@@ -254,11 +212,11 @@ class KnowledgeBase:
         total = self.store.counts()["chunks"]
         with tqdm(total=total, unit="chunk", disable=not progress, desc="re-embed", leave=False) as bar:
             for rows in self.store.iter_chunk_texts():
-                vectors = embedder.embed([chunker.embed_text(heading, text) for _, heading, text in rows]).vectors
-                self.store.replace_vectors([(cid, v) for (cid, _, _), v in zip(rows, vectors)])
+                vectors = embedder.embed([chunker.embed_text(context_path(title, tuple(heading.split(HEADING_SEP))), text)
+                                          for _, title, heading, text in rows]).vectors
+                self.store.replace_vectors([(row[0], v) for row, v in zip(rows, vectors)])
                 bar.update(len(rows))
         self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
-        self._index = None
 
     # ---- reading
     def list_documents(self) -> list[DocumentRecord]:
@@ -282,7 +240,7 @@ class KnowledgeBase:
     def check(self) -> CheckReport:
         """Consistency of SQLite (documents, chunks, embeddings), both FTS indexes and the vector index."""
         with self._lock:
-            self._save_index_if_dirty()
+            self._vectors.save()
             problems = []
             q = lambda sql, *a: self.store.db.execute(sql, a).fetchone()[0]  # noqa: E731
             if n := q("SELECT count(*) FROM chunks WHERE document_id NOT IN (SELECT id FROM documents)"):
@@ -307,17 +265,29 @@ class KnowledgeBase:
             if len(embedded):
                 try:
                     sidecar = vindex.read_sidecar(self.index_path)
-                    if reason := self._index_mismatch(sidecar):
+                    if reason := self._index_file_mismatch(sidecar, embedded):
                         problems.append(f"vector index: {reason}")
-                    elif self._index is None:
+                    else:
                         vindex.load_index(self.index_path, sidecar)
                 except vindex.IndexFileError as e:
                     problems.append(f"vector index: {e}")
-                if self._index is not None and not np.array_equal(self._index.ids(), embedded):
+                index = self._vectors.current() if self.embedder is not None else self._vectors.index
+                if index is not None and not np.array_equal(index.ids(), embedded):
                     problems.append("vector index in memory differs from SQLite")
             counts = {"documents": q("SELECT count(*) FROM documents"), "chunks": len(chunk_ids),
                       "vectors": len(embedded)}
             return CheckReport(not problems, problems, counts)
+
+    def _index_file_mismatch(self, sidecar: dict[str, Any], ids: np.ndarray) -> str | None:
+        if sidecar.get("model_id") != self.model_id:
+            return f"index built with {sidecar.get('model_id')}, KB uses {self.model_id}"
+        if sidecar.get("count") != len(ids):
+            return f"index holds {sidecar.get('count')} vectors, SQLite {len(ids)}"
+        if sidecar.get("ids_sha256") != vindex.ids_checksum(ids):
+            return "index ids differ from the SQLite chunk ids"
+        if sidecar.get("kind") != vindex.resolve_kind(self.index_kind, len(ids)):
+            return f"index kind {sidecar.get('kind')} but {vindex.resolve_kind(self.index_kind, len(ids))} is wanted"
+        return None
 
     # ---- search
     def _document_filter(self, sources, document) -> list[int] | None:
@@ -338,7 +308,7 @@ class KnowledgeBase:
         return sorted(keep)
 
     def _dense(self, qvec: np.ndarray, depth: int, doc_ids: list[int] | None) -> list[tuple[int, float]]:
-        index = self._load_index()
+        index = self._vectors.current()
         if index is None or not len(index):
             return []
         if doc_ids is not None:
@@ -352,6 +322,20 @@ class KnowledgeBase:
             scores, ids = index.search(qvec[None], depth)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
+    def _by_section(self, fetch, want: int, records: dict[int, ChunkRecord]):
+        """(the `want` best sections, each by its best chunk; score of every chunk fetched) from
+        `fetch(n)`, which gives the n best chunks: asked for more while `want` distinct sections are not
+        reached (a long section's windows can fill a whole candidate list), up to MAX_DEEPENING times
+        deeper."""
+        n = 2 * want
+        while True:
+            raw = fetch(n)
+            records.update(self.store.chunks([i for i, _ in raw if i not in records]))
+            ranking = by_section(raw, records)
+            if len(ranking) >= want or len(raw) < n or n >= MAX_DEEPENING * want:
+                return ranking[:want], dict(raw)  # deeper fused lists only add noise (FUSION_DEPTH)
+            n *= 4
+
     def unknown_share(self, text: str) -> float:
         """Share of the text's tokens the embedder only knows as its unknown token ([UNK])."""
         tokenizer = self._need_embedder().tokenizer
@@ -364,12 +348,13 @@ class KnowledgeBase:
 
     def search(self, query: str, k: int = 5, mode: str = "hybrid", sources: str | list[str] | None = None,
                document: int | str | None = None, min_score: float | None = None) -> list[Hit]:
-        """Top-k chunks for a query.
+        """The k best places for a query: one chunk per section (or FAQ entry), best first.
 
         mode: "dense" (cosine of embeddings), "bm25" (FTS5 BM25; needs no embedder) or "hybrid"
         (reciprocal rank fusion of both; the dense ranking is left out when the embedder cannot
-        read the query, e.g. Chinese with an English-only model). sources: document paths, names
-        or glob patterns; document: one document id, path or name.
+        read the query, e.g. Chinese with an English-only model). Each hit's `score` is its mode's
+        (`score_kind`: cosine, bm25 or rrf) and `scores` holds every signal known for it.
+        sources: document paths, names or glob patterns; document: one document id, path or name.
 
         min_score is an answerability threshold on the cosine similarity: dense drops hits below
         it; hybrid returns [] when the best cosine among its candidates is below it (not applied
@@ -385,22 +370,31 @@ class KnowledgeBase:
                 return []
             if min_score is None and mode != "bm25":
                 min_score = self.default_min_score
-            depth = k if mode != "hybrid" else max(FUSION_DEPTH, k)
+            want = k if mode != "hybrid" else max(FUSION_DEPTH, k)  # distinct sections per ranking
+            records: dict[int, ChunkRecord] = {}
             dense: list[tuple[int, float]] = []
+            dense_score: dict[int, float] = {}
             qvec = None
             if mode in ("dense", "hybrid"):
                 qvec = self._need_embedder().embed([query]).vectors[0]
-                dense = self._dense(qvec, depth, doc_ids)
-            lexical = search_bm25(self.store, query, depth, doc_ids) if mode in ("bm25", "hybrid") else []
-            dense_score, bm25_score = dict(dense), dict(lexical)
+                dense, dense_score = self._by_section(lambda n: self._dense(qvec, n, doc_ids), want, records)
+            lexical, bm25_score = [], {}
+            if mode in ("bm25", "hybrid"):
+                lexical, bm25_score = self._by_section(lambda n: search_bm25(self.store, query, n, doc_ids), want,
+                                                       records)
             if mode == "dense":
                 ranked = dense
             elif mode == "bm25":
                 ranked = lexical
             else:
                 readable = self.unknown_share(query) <= MAX_UNKNOWN_SHARE
-                ranked = reciprocal_rank_fusion([[i for i, _ in dense], [i for i, _ in lexical]],
-                                                [1.0 if readable else 0.0, 1.0])
+                # fused by section: a section's place in each ranking is that of its best chunk, and the
+                # dense side's chunk speaks for it (fusion's ties go to the dense side as well)
+                chunk_of = {section_key(records[i]): i for i, _ in lexical + dense}
+                fused = reciprocal_rank_fusion([[section_key(records[i]) for i, _ in dense],
+                                                [section_key(records[i]) for i, _ in lexical]],
+                                               [1.0 if readable else 0.0, 1.0])
+                ranked = [(chunk_of[key], score) for key, score in fused]
                 missing = np.array([i for i, _ in ranked[:k] if i not in dense_score], np.int64)
                 if len(missing):  # cosine of the BM25-only hits, for display and the gate
                     dense_score.update(zip(missing.tolist(), (self.store.vectors(missing, self.dim) @ qvec).tolist()))
@@ -408,15 +402,13 @@ class KnowledgeBase:
                     return []
             if min_score is not None and mode != "hybrid":
                 ranked = [(i, s) for i, s in ranked if s >= min_score]
-            ranked = ranked[:k]
-            records = self.store.chunks([i for i, _ in ranked])
             hits = []
-            for cid, score in ranked:
+            for cid, score in ranked[:k]:
                 r = records[cid]
                 scores = {"dense": dense_score.get(cid), "bm25": bm25_score.get(cid)}
                 if mode == "hybrid":
                     scores["hybrid"] = score
                 hits.append(Hit(cid, r.text, r.source, r.name, r.heading, r.entry_id, float(score),
                                 {m: float(s) for m, s in scores.items() if s is not None}, r.start, r.end,
-                                r.document_id))
+                                r.document_id, SCORE_KINDS[mode]))
             return hits

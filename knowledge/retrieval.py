@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from knowledge.store import ChunkRecord
+
 MODES = ("dense", "bm25", "hybrid")
+# what Hit.score is in each mode: cosine similarity (-1..1, the scale of min_score), BM25 (higher is
+# better, unbounded) or the reciprocal-rank-fusion score (sum over the rankings of 1 / (60 + rank):
+# at most 2/61 ~ 0.033, a rank and not a similarity)
+SCORE_KINDS = {"dense": "cosine", "bm25": "bm25", "hybrid": "rrf"}
 # candidates taken from each ranking before fusion; on the sample eval deeper lists only add
 # BM25 noise (hybrid recall@5 with depth 10/20/50/100: 0.96/0.96/0.95/0.95)
 FUSION_DEPTH = 20
@@ -26,10 +32,29 @@ class Hit:
     heading: str  # heading path "A > B > C" ("" when the text has no heading)
     entry_id: str | None  # FAQ entry id
     score: float  # the mode's score: cosine (dense), BM25 (bm25), fused RRF (hybrid)
-    scores: dict[str, float] = field(default_factory=dict)  # every signal known for this chunk
+    scores: dict[str, float] = field(default_factory=dict)  # every signal known for this chunk: dense, bm25, hybrid
     start: int = 0  # character span of the chunk in the document's extracted text
     end: int = 0
     document_id: int = 0
+    score_kind: str = ""  # what `score` is: "cosine" | "bm25" | "rrf" (SCORE_KINDS)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def section_key(record: ChunkRecord) -> tuple[int, str, str | None]:
+    """The place a chunk belongs to: its document's section (heading path) or FAQ entry."""
+    return record.document_id, record.heading, record.entry_id
+
+
+def by_section(ranking: list[tuple[int, float]], records: dict[int, ChunkRecord]) -> list[tuple[int, float]]:
+    """The ranking with only the best chunk of each section: k hits are k distinct places, not the
+    five windows of one long section."""
+    seen: set[tuple] = set()
+    out = []
+    for cid, score in ranking:
+        key = section_key(records[cid])
+        if key not in seen:
+            seen.add(key)
+            out.append((cid, score))
+    return out

@@ -3,13 +3,17 @@
 One integer id everywhere: a chunk's rowid is its FAISS id and its FTS5 rowid. AUTOINCREMENT
 keeps rowids from ever being reused, so an index that still holds a deleted chunk's id can never
 mistake it for a new chunk. The FTS5 tables are external-content tables kept in sync by triggers,
-so BM25 cannot drift from the chunks; every document is written in one transaction."""
+so BM25 cannot drift from the chunks; every document is written in one transaction.
+
+Every transaction that adds or removes vectors also bumps `meta.generation`: a process holding a
+vector index in memory compares one number to learn whether another process changed the KB."""
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -94,6 +98,14 @@ class DocumentRecord:
     ingested_at: str
 
 
+@dataclass(frozen=True)
+class WriteResult:
+    """What one committed write did to the vectors, and the KB generation it produced."""
+    removed: np.ndarray  # chunk ids
+    added: np.ndarray
+    generation: int
+
+
 @dataclass
 class ChunkRecord:
     id: int
@@ -117,7 +129,7 @@ def vector_blob(v: np.ndarray) -> bytes:
 class Store:
     def __init__(self, path: Path):
         self.path = path
-        self._text_stats: tuple[int, float] | None = None  # (chunks, mean text length), for BM25
+        self._text_stats: tuple[int, tuple[int, float]] | None = None  # (generation, BM25 statistics)
         try:
             # one connection shared by the threads of a server: KnowledgeBase serialises access with its lock
             self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
@@ -157,6 +169,16 @@ class Store:
             for key, value in values.items():
                 self._set_meta(key, str(value))
 
+    def generation(self) -> int:
+        """Bumped by every committed change to the vectors (in any process): one indexed lookup."""
+        return int(self.get_meta("generation") or 0)
+
+    def _bump_generation(self) -> int:
+        """Inside the writing transaction, so the new rows and the new generation commit together."""
+        generation = self.generation() + 1
+        self._set_meta("generation", str(generation))
+        return generation
+
     # ---- documents
     def document(self, source: str) -> DocumentRecord | None:
         row = self.db.execute(f"SELECT {_DOC_COLUMNS} FROM documents WHERE source = ?", [source]).fetchone()
@@ -179,11 +201,25 @@ class Store:
                                "WHERE c.document_id = ?", [document_id])
         return {h: v for h, v in rows}
 
-    def replace_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Write one document version atomically; returns (removed chunk ids, new chunk ids)."""
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write transaction that takes SQLite's write lock first (waiting up to busy_timeout).
+
+        A deferred one that reads before it writes fails at once with SQLITE_BUSY when another
+        process commits in between (WAL cannot upgrade a stale read snapshot)."""
         conn = self.db.conn
-        self._text_stats = None
-        with self.db.atomic():
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.execute("COMMIT")
+
+    def replace_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> WriteResult:
+        """Write one document version atomically."""
+        conn = self.db.conn
+        with self._writing():
             old = conn.execute("SELECT id FROM documents WHERE source = ?", [fields["source"]]).fetchone()
             fields = {**fields, "chunk_count": len(chunks), "ingested_at": _now()}
             if old:
@@ -203,14 +239,15 @@ class Store:
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [doc_id, c.ordinal, c.heading_path, c.entry_id, c.text, c.start, c.end, c.tokens, c.hash]).lastrowid
                 conn.execute("INSERT INTO embeddings (chunk_id, vector) VALUES (?, ?)", [int(new_ids[i]), vector_blob(v)])
-        return removed, new_ids
+            generation = self._bump_generation()
+        return WriteResult(removed, new_ids, generation)
 
-    def delete_document(self, document_id: int) -> np.ndarray:
-        self._text_stats = None
-        with self.db.atomic():
+    def delete_document(self, document_id: int) -> WriteResult:
+        with self._writing():
             removed = self._delete_chunks(document_id)
             self.db.conn.execute("DELETE FROM documents WHERE id = ?", [document_id])
-        return removed
+            generation = self._bump_generation()
+        return WriteResult(removed, np.zeros(0, np.int64), generation)
 
     def _delete_chunks(self, document_id: int) -> np.ndarray:
         conn = self.db.conn
@@ -252,27 +289,45 @@ class Store:
             i += 1
         return ids[:i], vectors[:i]
 
-    def embedded_ids(self) -> np.ndarray:
-        return np.array([r[0] for r in self.db.execute("SELECT chunk_id FROM embeddings ORDER BY chunk_id")], np.int64)
+    def vectors_after(self, last_id: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of the chunks embedded after `last_id`: rowids only grow, in commit order."""
+        rows = self.db.execute("SELECT chunk_id, vector FROM embeddings WHERE chunk_id > ? ORDER BY chunk_id",
+                               [last_id]).fetchall()
+        vectors = np.array([np.frombuffer(b, "<f4") for _, b in rows], np.float32).reshape(len(rows), dim)
+        return np.array([r[0] for r in rows], np.int64), vectors
+
+    def count_embedded(self, up_to: int) -> int:
+        return self.db.execute("SELECT count(*) FROM embeddings WHERE chunk_id <= ?", [up_to]).fetchone()[0]
+
+    def embedded_ids(self, up_to: int | None = None) -> np.ndarray:
+        sql, args = "SELECT chunk_id FROM embeddings", []
+        if up_to is not None:
+            sql, args = sql + " WHERE chunk_id <= ?", [up_to]
+        return np.array([r[0] for r in self.db.execute(sql + " ORDER BY chunk_id", args)], np.int64)
 
     def chunk_ids(self) -> np.ndarray:
         return np.array([r[0] for r in self.db.execute("SELECT id FROM chunks ORDER BY id")], np.int64)
 
-    def iter_chunk_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str, str]]]:
-        rows = self.db.execute("SELECT id, heading, text FROM chunks ORDER BY id").fetchall()
+    def iter_chunk_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str, str]]]:
+        """(chunk id, document title, heading path, text) in batches: what re-embedding needs."""
+        rows = self.db.execute("SELECT c.id, d.title, c.heading, c.text FROM chunks c "
+                               "JOIN documents d ON d.id = c.document_id ORDER BY c.id").fetchall()
         for start in range(0, len(rows), batch):
             yield rows[start:start + batch]
 
     def replace_vectors(self, rows: list[tuple[int, np.ndarray]]) -> None:
-        with self.db.atomic():
+        with self._writing():
             self.db.conn.executemany("UPDATE embeddings SET vector = ? WHERE chunk_id = ?",
                                      [(vector_blob(v), int(cid)) for cid, v in rows])
+            self._bump_generation()
 
     def text_stats(self) -> tuple[int, float]:
-        if self._text_stats is None:
+        """(chunks, mean text length) for BM25, recounted when any process changed the KB."""
+        generation = self.generation()
+        if self._text_stats is None or self._text_stats[0] != generation:
             n, mean = self.db.execute("SELECT count(*), avg(length(text)) FROM chunks").fetchone()
-            self._text_stats = (n, mean or 1.0)
-        return self._text_stats
+            self._text_stats = (generation, (n, mean or 1.0))
+        return self._text_stats[1]
 
     # ---- FTS
     def fts_ids(self, table: str) -> np.ndarray:

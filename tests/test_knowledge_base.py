@@ -230,3 +230,21 @@ def test_embedder_mismatch_and_bm25_without_embedder(tmp_path, embedder, tiny_bu
         kb.rebuild_index(reembed=True)
         assert kb.model_id == "another-model:0123" and kb.check().ok
         assert kb.search("wallbox", mode="dense", min_score=NO_GATE)
+
+
+def test_hits_are_distinct_sections_and_say_what_their_score_is(tmp_path, embedder):
+    long_section = "\n\n".join(f"Paragraph {i}: the wiper blades sweep the screen, and wiper fluid {i} helps."
+                                for i in range(12))
+    (tmp_path / "wipers.md").write_text(f"# Wipers\n\n## Blades\n\n{long_section}\n\n## Fluid\n\n"
+                                        "Top up the wiper fluid in winter.\n\n## Service\n\nThe wiper "
+                                        "service position lifts the arms.\n")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest(tmp_path / "wipers.md", progress=False)
+        blades = [c for c in kb.store.chunks(kb.store.chunk_ids().tolist()).values() if c.heading == "Wipers > Blades"]
+        assert len(blades) >= 4  # the long section is several chunks, each matching "wiper" more often
+        for mode, kind in (("bm25", "bm25"), ("dense", "cosine"), ("hybrid", "rrf")):
+            hits = kb.search("wiper blades fluid", k=3, mode=mode, min_score=NO_GATE)
+            assert sorted(h.heading for h in hits) == ["Wipers > Blades", "Wipers > Fluid", "Wipers > Service"], mode
+            assert {h.score_kind for h in hits} == {kind} and hits[0].to_dict()["score_kind"] == kind
+        hybrid = kb.search("wiper blades fluid", k=3, mode="hybrid", min_score=NO_GATE)
+        assert all(h.score == h.scores["hybrid"] <= 2 / 61 and -1 <= h.scores["dense"] <= 1 for h in hybrid)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,59 @@ def test_html_text_and_headings(tmp_path):
     doc = load_document(path)
     assert doc.title == "T"
     assert sections(doc) == [("Charging", "Plug & charge."), ("Charging > At home", "Wallbox\nSocket")]
+
+
+# the chrome of a Sphinx page (basic theme) with no content of its own
+CHROME_ONLY = """<!DOCTYPE html><html><head><title>Index — Docs</title></head><body>
+<div class="related" role="navigation"><h3>Navigation</h3><ul><li><a href="genindex.html">index</a></li>
+<li class="right"><a href="next.html">next</a> |</li></ul></div>
+<div class="sphinxsidebar" role="navigation"><h3><a href="index.html">Table of Contents</a></h3>
+<ul><li><a class="reference internal" href="#">Intro</a></li></ul><h3>This Page</h3>
+<ul class="this-page-menu"><li><a href="_sources/x.rst.txt" rel="nofollow">Show Source</a></li></ul>
+<div id="searchbox" role="search"><h3>Quick search</h3><form action="search.html"><input name="q"/></form></div></div>
+<div class="footer" role="contentinfo">&#169; Copyright 2010 Pallets. Created using <a href="https://sphinx-doc.org/">Sphinx</a>.</div>
+<p><a href="https://github.com/x/y/issues">Report a Bug</a> / <a href="_sources/x.rst.txt">Show Source</a></p>
+<p>Copyright 2024, the authors.</p></body></html>"""
+REALDOCS = Path(__file__).resolve().parents[1] / "knowledge" / "samples" / "realdocs" / "flask"
+
+
+def test_html_chrome_only_page_has_no_text(tmp_path):
+    path = tmp_path / "index.html"
+    path.write_text(CHROME_ONLY)
+    with pytest.raises(IngestError, match="no text to index"):
+        load_document(path)
+
+
+def test_html_headings_lose_permalink_anchors_and_code_stays_whole(tmp_path):
+    path = tmp_path / "faq.html"
+    path.write_text('<main><h1>FAQ<a class="headerlink" href="#faq" title="Permalink to this headline">¶</a></h1>'
+                    '<h2>How do I…?<a href="#how">¶</a></h2><p>Like this:</p><pre>pip install x\n\n\nimport x\n'
+                    '    x.run()</pre><p>Done.</p><h2 id="why">Why? <a class="anchor" href="#why">#</a></h2>'
+                    '<p>Because.</p><h3>Permalink to this heading</h3><p>Kept under its parent.</p></main>')
+    got = sections(load_document(path))
+    assert got == [("FAQ > How do I…?", "Like this:\n\npip install x\nimport x\n    x.run()\n\nDone."),
+                   ("FAQ > Why?", "Because."), ("FAQ > Why?", "Kept under its parent.")]
+    md = tmp_path / "faq.md"
+    md.write_text("# FAQ ¶\n\n## How do I…?¶\n\nLike this.\n")
+    assert sections(load_document(md)) == [("FAQ > How do I…?", "Like this.")]
+
+
+def test_html_sphinx_page_keeps_its_sections_and_drops_its_chrome():
+    doc = load_document(REALDOCS / "security.html")
+    assert doc.title == "Security Considerations — Flask Documentation (2.2.x)"
+    headings = [" > ".join(s.heading) for s in doc.sections]
+    top = "Security Considerations"
+    headers = "Security Considerations > Security Headers"
+    assert headings == [top, f"{top} > Cross-Site Scripting (XSS)", f"{top} > Cross-Site Request Forgery (CSRF)",
+                        f"{top} > JSON Security", headers, f"{headers} > HTTP Strict Transport Security (HSTS)",
+                        f"{headers} > Content Security Policy (CSP)", f"{headers} > X-Content-Type-Options",
+                        f"{headers} > X-Frame-Options", f"{headers} > Set-Cookie options",
+                        f"{headers} > HTTP Public Key Pinning (HPKP)", f"{top} > Copy/Paste to Terminal"]
+    for chrome in ("Navigation", "Show Source", "Quick search", "Table of Contents", "©", "Created using",
+                   "Report a Bug", "¶", "previous |", "Contents"):
+        assert chrome not in doc.text, chrome
+    assert "response.headers['Strict-Transport-Security'] = 'max-age=31536000; includeSubDomains'" in doc.text
+    assert doc.text.startswith("Web applications usually face all kinds of security problems")
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
@@ -166,6 +220,23 @@ def test_faq_entry_is_one_chunk_even_when_long(tmp_path, chunker):
     (tmp_path / "faq.jsonl").write_text(json.dumps({"id": "long", "question": "Why?", "answer": answer}) + "\n")
     chunks = chunker.chunk(load_document(tmp_path / "faq.jsonl"))
     assert len(chunks) == 1 and chunks[0].entry_id == "long" and chunks[0].text.startswith("Why?\n")
+
+
+def test_chunks_embed_where_they_are_and_store_clean_text(tmp_path):
+    chunker = Chunker(tiny_bert_tokenizer(), max_tokens=128)  # room for the whole path (a quarter of L)
+    (tmp_path / "a.html").write_text("<title>Aurora owner's manual</title><h1>Charging</h1><h2>At home</h2>"
+                                     "<p>Use the wallbox.</p>")
+    (tmp_path / "b.html").write_text("<title>Charging — Aurora docs</title><h1>Charging</h1><p>Use the wallbox.</p>")
+    (tmp_path / "c.md").write_text("# Driving\n\nGo.\n\n# Safety\n\nBuckle up.\n")
+    (tmp_path / "d.txt").write_text("Plain words.\n")
+    got = {name: [(c.embed_text, c.text) for c in chunker.chunk(load_document(tmp_path / name))]
+           for name in ("a.html", "b.html", "c.md", "d.txt")}
+    assert got["a.html"] == [("Aurora owner's manual > Charging > At home\nUse the wallbox.", "Use the wallbox.")]
+    # a title that repeats the first heading adds only the site's name: left out
+    assert got["b.html"] == [("Charging\nUse the wallbox.", "Use the wallbox.")]
+    # two chapters and no document title: each chunk carries its own chapter only
+    assert got["c.md"] == [("Driving\nGo.", "Go."), ("Safety\nBuckle up.", "Buckle up.")]
+    assert got["d.txt"] == [("Plain words.", "Plain words.")]
 
 
 def write_pdf(path, pages: list[str]) -> None:

@@ -2,7 +2,8 @@
 
 The index is derived data: SQLite holds every vector, so any index can be rebuilt from it. The
 sidecar (index.json) records what the index file holds (count, max id, checksum of the ids, the
-embedding model, the file's sha256) so a stale or altered index is detected on open."""
+embedding model, the KB generation it reflects, the file's sha256) so a stale index is caught up
+and an altered one rebuilt on open."""
 
 from __future__ import annotations
 
@@ -77,12 +78,13 @@ def _write_atomic(path: Path, write) -> None:
     _fsync_dir(path.parent)
 
 
-def save_index(index: VectorIndex, path: Path, model_id: str) -> dict[str, Any]:
+def save_index(index: VectorIndex, path: Path, model_id: str, generation: int) -> dict[str, Any]:
     """Index file first, then the sidecar; a crash in between leaves a sidecar that no longer matches."""
     _write_atomic(path, index.write)
     ids = index.ids()
     sidecar = {
         "version": SIDECAR_VERSION, "kind": index.kind, "dim": index.dim, "model_id": model_id,
+        "generation": generation,  # the KB generation (Store.generation) the index reflects
         "count": int(len(ids)), "max_id": int(ids[-1]) if len(ids) else 0, "ids_sha256": ids_checksum(ids),
         "file_sha256": sha256_file(path), "state": index.state(),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,19 @@ _BOMS = [
     (codecs.BOM_UTF16_LE, "utf-16-le"),
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 ]
+
+
+# what documentation generators put beside a heading to link to it: Sphinx's pilcrow, MkDocs' and
+# GitHub's anchors, and the words some themes render for screen readers
+_HEADING_ANCHOR = re.compile(r"(?:\s*(?:[¶§#🔗]|permalink to this (?:headline|heading|definition|section)"
+                             r"|link to this (?:heading|section)))+\s*$", re.I)
+
+
+def clean_heading(raw: str) -> str:
+    """Heading text as a path element: one line, without permalink anchors."""
+    text = " ".join(raw.split())
+    text = _HEADING_ANCHOR.sub("", text)
+    return re.sub(r"^[¶§#🔗]\s*", "", text).strip()
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from knowledge.loaders.base import ParsedDocument, Section, read_text
+from knowledge.loaders.base import ParsedDocument, Section, clean_heading, read_text
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
@@ -16,11 +16,11 @@ _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _EMPHASIS = re.compile(r"(\*\*|__|\*|_|`)(.+?)\1")
 
 
-def clean_heading(raw: str) -> str:
+def clean_markdown_heading(raw: str) -> str:
     text = _LINK.sub(r"\1", raw)
     for _ in range(2):  # nested emphasis such as ***x***
         text = _EMPHASIS.sub(r"\2", text)
-    return " ".join(text.split())
+    return clean_heading(text)
 
 
 def parse_markdown(text: str) -> list[Section]:
@@ -64,7 +64,7 @@ def parse_markdown(text: str) -> list[Section]:
         close(heading_start)
         while stack and stack[-1][0] >= level:
             stack.pop()
-        if title := clean_heading(title):
+        if title := clean_markdown_heading(title):
             stack.append((level, title))
         section_start = starts[i + 1]
     close(len(text))
@@ -74,5 +74,7 @@ def parse_markdown(text: str) -> list[Section]:
 def load_markdown(path: Path, data: bytes | None = None) -> ParsedDocument:
     text = read_text(path, data)
     sections = parse_markdown(text)
-    title = next((s.heading[0] for s in sections if s.heading), None)
-    return ParsedDocument("markdown", text, sections, title)
+    # a document title only when one top heading spans the whole file ("# Driving" then "# Safety"
+    # are two chapters, and neither names the document)
+    tops = {s.heading[0] for s in sections if s.heading}
+    return ParsedDocument("markdown", text, sections, tops.pop() if len(tops) == 1 else None)
