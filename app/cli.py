@@ -19,6 +19,7 @@ import click
 from app.cli_bench import BENCH_COMMANDS
 from app.cli_chat import CHAT_COMMANDS, stream_answer
 from app.cli_common import friendly as _friendly
+from app.cli_device import DEVICE_COMMANDS
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
 from models.manifest import load_manifest
 
@@ -432,7 +433,7 @@ def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_s
     uvicorn.run(create_app(settings), host=settings.host, port=port, log_level="warning")
 
 
-for _command in [*KNOWLEDGE_COMMANDS, *CHAT_COMMANDS, *BENCH_COMMANDS]:
+for _command in [*KNOWLEDGE_COMMANDS, *CHAT_COMMANDS, *BENCH_COMMANDS, *DEVICE_COMMANDS]:
     main.add_command(_command)
 
 if __name__ == "__main__":
