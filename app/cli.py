@@ -368,7 +368,8 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
 @click.option("--embedder", type=click.Path(path_type=Path), help="Embedder model directory.  [env HEXRAG_EMBEDDER]")
 @click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
-@click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]")
+@click.option("--backend", type=click.Choice(["cpu", "htp", "auto"]),
+              help="cpu | htp | auto (the NPU on a Snapdragon device with matching builds).  [env HEXRAG_BACKEND]")
 @click.option("--api-key", help="Require this bearer key on /v1.  [env HEXRAG_API_KEY]")
 @click.option("--threads", type=int, help="CPU threads.  [env HEXRAG_THREADS]")
 @click.option("--max-queue", type=int, help="Requests allowed to wait for the accelerator.  [env HEXRAG_MAX_QUEUE]")
@@ -378,6 +379,7 @@ def serve(**options) -> None:
     import uvicorn
     from pydantic import ValidationError
 
+    from app.device import settle
     from app.main import create_app
     from app.settings import Settings
 
@@ -386,6 +388,8 @@ def serve(**options) -> None:
         settings.check()
     except (ValueError, ValidationError) as e:
         raise click.UsageError(str(e).splitlines()[0]) from None
+    settings, choice = settle(settings)
+    click.echo(choice.line(), err=True)
     click.echo(f"hexrag: serving on http://{settings.host}:{settings.port}/ (OpenAI API under /v1)", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 

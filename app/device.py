@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from build_scripts.compile import TARGETS, resolve_target
+from app.settings import Settings
 from models.manifest import ManifestError, load_manifest
 from runtime.errors import RuntimeModelError
 
@@ -272,6 +273,15 @@ def resolve_backend(requested: str, models: list[Path], *, machine: str | None =
     if requested == "htp":
         return require_htp(machine=machine, soc=soc)
     return choose_backend(models, machine=machine, soc=soc, probe=lambda: probe_htp(soc))
+
+
+def settle(settings: Settings, rag: bool = True) -> tuple[Settings, BackendChoice]:
+    """Settings with the backend decided (`cpu` or `htp`, and the HTP build to load), and the choice
+    with its reason for the command to print."""
+    models = [settings.llm, settings.embedder] if rag else [settings.llm]
+    choice = resolve_backend(settings.backend, models)
+    target = settings.qnn_target or choice.target
+    return settings.model_copy(update={"backend": choice.backend, "qnn_target": target}), choice
 
 
 def device_report(models: list[Path] = (), sysfs: Path = SOC0) -> DeviceReport:

@@ -105,3 +105,13 @@ def test_cli_device_json_on_this_host(tiny_builds, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert text.returncode == 0 and "not a hexrag model directory" in text.stdout
     assert text.stdout.splitlines()[-1].startswith("auto ")
+
+
+def test_ask_with_backend_auto_says_what_it_picked(tiny_builds):
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "ask", "hello", "--json", "--no-rag", "--backend", "auto",
+                           "--llm", str(tiny_builds["llama"])], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["completion_tokens"] > 0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("hexrag: backend")]
+    expected = "cpu: x86_64 host" if platform.machine() == "x86_64" else "cpu"
+    assert len(lines) == 1 and lines[0].startswith(f"hexrag: backend {expected}"), proc.stderr
