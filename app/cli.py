@@ -370,6 +370,8 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
 @click.option("--backend", type=click.Choice(["cpu", "htp", "auto"]),
               help="cpu | htp | auto (the NPU on a Snapdragon device with matching builds).  [env HEXRAG_BACKEND]")
+@click.option("--bundle", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Serve from a device bundle (hexrag export bundle); backend auto by default.  [env HEXRAG_BUNDLE]")
 @click.option("--api-key", help="Require this bearer key on /v1.  [env HEXRAG_API_KEY]")
 @click.option("--threads", type=int, help="CPU threads.  [env HEXRAG_THREADS]")
 @click.option("--max-queue", type=int, help="Requests allowed to wait for the accelerator.  [env HEXRAG_MAX_QUEUE]")
@@ -379,6 +381,7 @@ def serve(**options) -> None:
     import uvicorn
     from pydantic import ValidationError
 
+    from app.bundle import bundle_settings
     from app.device import settle
     from app.main import create_app
     from app.settings import Settings
@@ -388,7 +391,9 @@ def serve(**options) -> None:
         settings.check()
     except (ValueError, ValidationError) as e:
         raise click.UsageError(str(e).splitlines()[0]) from None
-    settings, choice = settle(settings)
+    if settings.bundle and {"llm", "embedder", "kb"} & settings.model_fields_set:
+        raise click.UsageError("--bundle brings its own models and knowledge base: drop --llm/--embedder/--kb")
+    settings, choice = bundle_settings(settings.bundle, settings) if settings.bundle else settle(settings)
     click.echo(choice.line(), err=True)
     click.echo(f"hexrag: serving on http://{settings.host}:{settings.port}/ (OpenAI API under /v1)", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")

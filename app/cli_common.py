@@ -8,6 +8,7 @@ import sys
 import click
 
 from app.bench.errors import BenchError
+from app.bundle import BundleError
 from build_scripts.errors import BuildError
 from knowledge.errors import KnowledgeError
 from models.manifest import ManifestError
@@ -15,7 +16,7 @@ from runtime.chat_template import ChatTemplateError
 from runtime.errors import ContextOverflowError, RuntimeModelError
 
 USER_ERRORS = (BuildError, ManifestError, RuntimeModelError, ContextOverflowError, KnowledgeError,
-               ChatTemplateError, BenchError, OSError)
+               ChatTemplateError, BenchError, BundleError, OSError)
 
 
 def friendly(fn):

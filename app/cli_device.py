@@ -1,4 +1,4 @@
-"""`hexrag device` (what this machine offers hexrag)."""
+"""`hexrag device` (what this machine offers hexrag) and `hexrag export bundle` (a folder to run on one)."""
 
 from __future__ import annotations
 
@@ -48,4 +48,31 @@ def device(model_dirs: tuple[Path, ...], as_json: bool) -> None:
     click.echo(f"auto       {report.auto.backend}: {report.auto.reason}")
 
 
-DEVICE_COMMANDS = [device]
+@click.group()
+def export() -> None:
+    """Package built models for another machine."""
+
+
+@export.command("bundle")
+@click.option("--llm", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="LLM model directory, compiled for --target.")
+@click.option("--embedder", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Embedder model directory, compiled for --target.")
+@click.option("--kb", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Knowledge-base directory (embedded with --embedder).")
+@click.option("--target", required=True, help="The device's SoC: sm8650, 8gen3, 57, ...")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Bundle directory to write (new).")
+@click.option("--cpu-fallback", is_flag=True, help="Also bundle the ONNX graphs and weights the CPU backend runs.")
+@friendly
+def export_bundle_cmd(llm: Path, embedder: Path, kb: Path, target: str, out: Path, cpu_fallback: bool) -> None:
+    """A self-contained folder for one Snapdragon SoC: its HTP builds, tokenizer, KB, code, pinned
+    requirements, start script, README and a sha256 of every file."""
+    from app.bundle import export_bundle
+
+    spec = export_bundle(llm, embedder, kb, target, out, cpu_fallback=cpu_fallback)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    click.echo(f"bundle for {spec.chip} ({spec.target}, {spec.variant} HTP build"
+               f"{', CPU fallback' if spec.cpu_fallback else ''}): {out} ({size / 1e6:.1f} MB)")
+
+
+DEVICE_COMMANDS = [device, export]

@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     # auto: the NPU where this is a Snapdragon device whose SoC the models were built for, else the
     # CPU (app.device.settle decides and says why)
     backend: Literal["cpu", "htp", "auto"] = "cpu"
+    bundle: Path | None = None  # serve from a device bundle (hexrag export bundle): its models and KB
     qnn_target: str | None = None  # which HTP build to load when a model holds several (sm8650 ...)
     threads: int | None = None
     api_key: str | None = None
