@@ -289,6 +289,14 @@ _backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default=
 _threads = click.option("--threads", type=int, default=None, help="CPU threads (default: all cores).")
 
 
+def _htp_target(backend: str) -> str | None:
+    """For --backend htp: refuse a machine with neither NPU nor simulator (one line), else the
+    build its SoC loads (None on the simulator: the model's only build or $HEXRAG_QNN_TARGET)."""
+    from app.device import resolve_backend
+
+    return resolve_backend(backend, []).target if backend == "htp" else None
+
+
 @main.command()
 @click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path), help="LLM model directory.")
 @click.option("--prompt", required=True, help="Prompt text (with --chat: the user message).")
@@ -317,7 +325,7 @@ def generate(model_dir, prompt, chat, system, max_tokens, temperature, top_p, to
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
-        llm = LLM(model_dir, backend=backend, threads=threads)
+        llm = LLM(model_dir, backend=backend, threads=threads, target=_htp_target(backend))
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         ids = llm.encode_chat(messages) if chat else llm.encode(prompt)
         gen = llm.generate(ids, max_new_tokens=max_tokens, sampling=sampling, stop=list(stop))
@@ -352,7 +360,7 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
     from runtime.embedder import Embedder
 
     with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
-        out = Embedder(model_dir, backend=backend, threads=threads).embed(list(texts))
+        out = Embedder(model_dir, backend=backend, threads=threads, target=_htp_target(backend)).embed(list(texts))
     if as_json:
         click.echo(json.dumps({"dim": out.vectors.shape[1], "truncated": out.truncated,
                                "embeddings": [[round(float(x), 6) for x in v] for v in out.vectors]}))
