@@ -28,10 +28,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from app.device import SOC0, ARM64, BackendChoice, HtpStatus, choose_backend, is_qualcomm, probe_htp, read_soc
+from app.device import (ARM64, SOC0, BackendChoice, HtpStatus, choose_backend, device_build, is_qualcomm, probe_htp,
+                        read_soc)
 from app.settings import Settings
 from build_scripts.compile import resolve_target
-from models.manifest import Manifest, build_files, load_manifest, package_versions, sha256_file
+from models.manifest import build_files, load_manifest, package_versions, sha256_file
+from runtime.errors import RuntimeModelError
 
 BUNDLE_FILE = "bundle.json"
 CHECKSUMS = "SHA256SUMS"
@@ -94,23 +96,14 @@ def export_bundle(llm: Path, embedder: Path, kb: Path, target: str, out: Path, c
     return spec
 
 
-def _pick_build(m: Manifest, src: Path, target: str) -> dict:
-    builds = [b for b in (m.target.get("builds") or []) if b["target"] == target] if m.target.get("backend") == "htp" else []
-    # a device loads the shared build (one weights binary for prefill and decode); an unshared one
-    # loads too (and is the only kind a one-graph model such as the embedder has to offer)
-    for variant in ("shared", "sim"):
-        for b in builds:
-            if b["variant"] == variant:
-                return b
-    raise BundleError(f"{src} has no {target} HTP build: compile it first "
-                      f"(hexrag compile {src} --target {target} --variant shared)")
-
-
 def _copy_model(src: Path, dst: Path, target: str, cpu_fallback: bool) -> str:
     """Copy the files of `src` that `target` needs, each checked against the source manifest's sha256;
     the copy's manifest lists exactly those files and the one build. Returns the build's variant."""
     m = load_manifest(src)  # refuses an altered source
-    build = _pick_build(m, src, target)
+    build = device_build(m.target, target)
+    if build is None:
+        raise BundleError(f"{src} has no {target} HTP build: compile it first "
+                          f"(hexrag compile {src} --target {target} --variant shared)")
     wanted = [m.tokenizer.file, *([m.tokenizer.chat_template] if m.tokenizer.chat_template else []), *build["binaries"]]
     wanted += [f for entry in build["graphs"].values() for f in build_files(entry)]
     if cpu_fallback:
@@ -196,7 +189,7 @@ def _versions() -> dict[str, str]:
         from runtime import qnn
 
         out.update({k: v for k, v in qnn.versions().items() if k == "qnn_sdk"})
-    except Exception:  # noqa: BLE001 - the QNN SDK version is informative only
+    except RuntimeModelError:  # no onnxruntime-qnn here: the bundle records what it knows
         pass
     return out
 
@@ -308,8 +301,6 @@ python3 -m venv .venv && .venv/bin/pip install -r requirements.txt
 .venv/bin/python -m app.cli device --model models/llm   # PYTHONPATH=src; says whether the NPU is used and why
 ./start.sh                                  # http://127.0.0.1:8000/ ; ./start.sh --host 0.0.0.0 --api-key KEY
 ```
-
-(`hexrag device` from the bundle: `PYTHONPATH=src .venv/bin/python -m app.cli device --model models/llm`.)
 
 ## Android (Termux)
 

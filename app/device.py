@@ -125,6 +125,17 @@ def is_qualcomm(soc: SocInfo | None) -> bool:
                                    for v in (soc.vendor, soc.family))
 
 
+def device_build(target_entry: dict, target: str) -> dict | None:
+    """The build of a manifest `target` entry a device with this SoC loads: the shared one (one
+    weights binary for prefill and decode), else an unshared one (runtime.qnn.select_build's order)."""
+    builds = (target_entry.get("builds") or []) if target_entry.get("backend") == "htp" else []
+    for variant in ("shared", "sim"):
+        for b in builds:
+            if b["target"] == target and b["variant"] == variant:
+                return b
+    return None
+
+
 def model_targets(model_dir: Path, target: str | None) -> ModelTargets:
     """The HTP builds a model directory holds, and the one `target` would load."""
     out = ModelTargets(path=str(model_dir))
@@ -136,12 +147,9 @@ def model_targets(model_dir: Path, target: str | None) -> ModelTargets:
     out.name = m.name
     builds = m.target.get("builds", []) if m.target.get("backend") == "htp" else []
     out.builds = [f"{b['target']}/{b['variant']}" for b in builds]
-    if target:
-        # a device loads the shared build, else the unshared one (runtime.qnn.select_build)
-        for variant in ("shared", "sim"):
-            if f"{target}/{variant}" in out.builds:
-                out.match = f"{target}/{variant}"
-                break
+    build = device_build(m.target, target) if target else None
+    if build:
+        out.match = f"{build['target']}/{build['variant']}"
     return out
 
 
@@ -284,15 +292,15 @@ def settle(settings: Settings, rag: bool = True) -> tuple[Settings, BackendChoic
     return settings.model_copy(update={"backend": choice.backend, "qnn_target": target}), choice
 
 
-def device_report(models: list[Path] = (), sysfs: Path = SOC0) -> DeviceReport:
+def device_report(models: list[Path] | None = None, sysfs: Path = SOC0) -> DeviceReport:
     """Everything hexrag sees here: CPU, SoC, the HTP backend (probed), the models' builds, `auto`'s pick."""
-    machine = platform.machine()
+    machine, models = platform.machine(), [Path(m) for m in models or []]
     soc = read_soc(sysfs)
     status = probe_htp(soc)
     return DeviceReport(
         machine=machine, system=_system(), soc=soc, htp=status,
-        models=[model_targets(Path(m), soc.target if soc else None) for m in models],
-        auto=choose_backend([Path(m) for m in models], machine=machine, soc=soc, probe=lambda: status))
+        models=[model_targets(m, soc.target if soc else None) for m in models],
+        auto=choose_backend(models, machine=machine, soc=soc, probe=lambda: status))
 
 
 def _system() -> str:
