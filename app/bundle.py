@@ -304,10 +304,10 @@ python3 -m venv .venv && .venv/bin/pip install -r requirements.txt
 
 ## Android (Termux)
 
-Termux's Python is built on Android's own C library, for which neither onnxruntime nor
-onnxruntime-qnn publish wheels; run the bundle in a Debian userland inside Termux instead. The QNN
-HTP backend of the Linux wheel cannot reach Android's DSP from there, so on Android the bundle runs
-on the CPU: export it with `--cpu-fallback`.
+Termux's Python is built on Android's own C library, for which PyPI has no onnxruntime or
+onnxruntime-qnn wheels: run the bundle in a Debian userland inside Termux instead. The QNN HTP
+backend of the Linux wheel needs a glibc build of the FastRPC library (libcdsprpc.so), which Android
+does not ship, so on Android the bundle runs on the CPU: export it with `--cpu-fallback`.
 
 ```sh
 pkg install proot-distro && proot-distro install debian && proot-distro login debian
