@@ -298,7 +298,7 @@ FastRPC device node (`/dev/fastrpc-cdsp`, readable by your user) and the vendor'
 cd bundle
 sha256sum -c --quiet SHA256SUMS            # optional: start.sh checks it too
 python3 -m venv .venv && .venv/bin/pip install -r requirements.txt
-.venv/bin/python -m app.cli device --model models/llm   # PYTHONPATH=src; says whether the NPU is used and why
+PYTHONPATH=src .venv/bin/python -m app.cli device --model models/llm   # is the NPU used, and why
 ./start.sh                                  # http://127.0.0.1:8000/ ; ./start.sh --host 0.0.0.0 --api-key KEY
 ```
 

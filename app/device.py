@@ -39,6 +39,7 @@ LINUX_SOC_IDS = {439: "sm8350", 457: "sm8450", 480: "sm8450", 482: "sm8450", 519
 CODENAMES = {"lahaina": "sm8350", "waipio": "sm8450", "kalama": "sm8550", "pineapple": "sm8650",
              "sun": "sm8750", "canoe": "sm8850"}
 ARM64 = ("aarch64", "arm64")
+X86 = ("x86_64", "amd64")  # where the wheel's HTP backend is the simulator
 # where the FastRPC channel to the Hexagon DSP shows up; the HTP backend needs one of these
 FASTRPC = ("/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/adsprpc-smd")
 PROBE_TIMEOUT_S = 120.0
@@ -160,7 +161,7 @@ _ARCH_LINE = re.compile(r"DSP arch \(min_arch\) = (\d+)")
 def probe_htp(soc: SocInfo | None = None, timeout: float = PROBE_TIMEOUT_S) -> HtpStatus:
     """Whether the QNN HTP backend loads here: a one-op graph run in a child process, whose QNN log
     says which SoC and HTP arch the backend took."""
-    simulator = platform.machine().lower() in ("x86_64", "amd64")
+    simulator = platform.machine().lower() in X86
     status = HtpStatus(installed=False, simulator=simulator, fastrpc=[p for p in FASTRPC if Path(p).exists()])
     try:
         import onnxruntime_qnn  # noqa: F401
@@ -228,7 +229,7 @@ def choose_backend(models: list[Path], *, machine: str, soc: SocInfo | None,
     """`--backend auto`: HTP where this is a real Snapdragon device, the HTP backend loads and every
     model has a build for its SoC; else the CPU, with the reason."""
     if machine.lower() not in ARM64:
-        why = "the HTP backend here is the x86 simulator (far too slow)" if machine.lower() in ("x86_64", "amd64") \
+        why = "the HTP backend here is the x86 simulator (far too slow)" if machine.lower() in X86 \
             else "no Snapdragon NPU on this CPU"
         return BackendChoice(backend="cpu", reason=f"{machine} host: {why}")
     if not is_qualcomm(soc):
@@ -256,7 +257,7 @@ def require_htp(*, machine: str, soc: SocInfo | None) -> BackendChoice:
     except ImportError:
         raise RuntimeModelError("--backend htp needs the onnxruntime-qnn package (pip install onnxruntime-qnn); "
                                 "use --backend cpu or auto") from None
-    if machine.lower() in ("x86_64", "amd64"):
+    if machine.lower() in X86:
         return BackendChoice(backend="htp", reason="asked for; this x86_64 host runs the HTP simulator (tiny models only)")
     if machine.lower() not in ARM64:
         raise RuntimeModelError(f"--backend htp: no Snapdragon NPU and no HTP simulator on a {machine} CPU; "
