@@ -30,7 +30,7 @@ def device(model_dirs: tuple[Path, ...], as_json: bool) -> None:
         known = f" -> {soc.target}: {soc.chip}, QNN soc_model {soc.soc_model}, HTP v{soc.htp_arch}" if soc.target \
             else " (not an HTP target hexrag builds for)"
         click.echo(f"soc        {soc.vendor or '?'} {soc.machine or '?'} soc_id {soc.soc_id}{known}")
-    kind = "x86 simulator" if htp.simulator else "device"
+    kind = "x86 simulator" if htp.simulator else report.machine
     if htp.loads:
         reported = f", backend reports {htp.reported_soc or '?'} / v{htp.reported_arch or '?'}"
         click.echo(f"htp        loads ({kind}; QNN device type {htp.device_type}{reported})")
