@@ -30,11 +30,11 @@ class Assistant:
         from runtime.embedder import Embedder
 
         self.settings = settings
-        self.llm = LLM(settings.llm, backend=settings.backend, threads=settings.threads)
+        self.llm = LLM(settings.llm, backend=settings.backend, threads=settings.threads, target=settings.qnn_target)
         self.kb = None
         if rag:
             self.kb = KnowledgeBase.open(settings.kb, Embedder(settings.embedder, backend=settings.backend,
-                                                                 threads=settings.threads))
+                                                                 threads=settings.threads, target=settings.qnn_target))
         self.history: list[dict] = []
 
     def ask(self, question: str, voice: bool = False, keep_history: bool = False) -> Iterator[str]:

@@ -19,6 +19,7 @@ import click
 from app.cli_bench import BENCH_COMMANDS
 from app.cli_chat import CHAT_COMMANDS, stream_answer
 from app.cli_common import friendly as _friendly
+from app.cli_device import DEVICE_COMMANDS
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
 from models.manifest import load_manifest
 
@@ -288,6 +289,14 @@ _backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default=
 _threads = click.option("--threads", type=int, default=None, help="CPU threads (default: all cores).")
 
 
+def _htp_target(backend: str) -> str | None:
+    """For --backend htp: refuse a machine with neither NPU nor simulator (one line), else the
+    build its SoC loads (None on the simulator: the model's only build or $HEXRAG_QNN_TARGET)."""
+    from app.device import resolve_backend
+
+    return resolve_backend(backend, []).target if backend == "htp" else None
+
+
 @main.command()
 @click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path), help="LLM model directory.")
 @click.option("--prompt", required=True, help="Prompt text (with --chat: the user message).")
@@ -316,7 +325,7 @@ def generate(model_dir, prompt, chat, system, max_tokens, temperature, top_p, to
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
-        llm = LLM(model_dir, backend=backend, threads=threads)
+        llm = LLM(model_dir, backend=backend, threads=threads, target=_htp_target(backend))
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         ids = llm.encode_chat(messages) if chat else llm.encode(prompt)
         gen = llm.generate(ids, max_new_tokens=max_tokens, sampling=sampling, stop=list(stop))
@@ -351,7 +360,7 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
     from runtime.embedder import Embedder
 
     with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
-        out = Embedder(model_dir, backend=backend, threads=threads).embed(list(texts))
+        out = Embedder(model_dir, backend=backend, threads=threads, target=_htp_target(backend)).embed(list(texts))
     if as_json:
         click.echo(json.dumps({"dim": out.vectors.shape[1], "truncated": out.truncated,
                                "embeddings": [[round(float(x), 6) for x in v] for v in out.vectors]}))
@@ -367,7 +376,10 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
 @click.option("--embedder", type=click.Path(path_type=Path), help="Embedder model directory.  [env HEXRAG_EMBEDDER]")
 @click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
-@click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]")
+@click.option("--backend", type=click.Choice(["cpu", "htp", "auto"]),
+              help="cpu | htp | auto (the NPU on a Snapdragon device with matching builds).  [env HEXRAG_BACKEND]")
+@click.option("--bundle", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Serve from a device bundle (hexrag export bundle); backend auto by default.  [env HEXRAG_BUNDLE]")
 @click.option("--api-key", help="Require this bearer key on /v1.  [env HEXRAG_API_KEY]")
 @click.option("--threads", type=int, help="CPU threads.  [env HEXRAG_THREADS]")
 @click.option("--max-queue", type=int, help="Requests allowed to wait for the accelerator.  [env HEXRAG_MAX_QUEUE]")
@@ -377,6 +389,8 @@ def serve(**options) -> None:
     import uvicorn
     from pydantic import ValidationError
 
+    from app.bundle import bundle_settings
+    from app.device import settle
     from app.main import create_app
     from app.settings import Settings
 
@@ -385,6 +399,10 @@ def serve(**options) -> None:
         settings.check()
     except (ValueError, ValidationError) as e:
         raise click.UsageError(str(e).splitlines()[0]) from None
+    if settings.bundle and {"llm", "embedder", "kb"} & settings.model_fields_set:
+        raise click.UsageError("--bundle brings its own models and knowledge base: drop --llm/--embedder/--kb")
+    settings, choice = bundle_settings(settings.bundle, settings) if settings.bundle else settle(settings)
+    click.echo(choice.line(), err=True)
     click.echo(f"hexrag: serving on http://{settings.host}:{settings.port}/ (OpenAI API under /v1)", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 
@@ -432,7 +450,7 @@ def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_s
     uvicorn.run(create_app(settings), host=settings.host, port=port, log_level="warning")
 
 
-for _command in [*KNOWLEDGE_COMMANDS, *CHAT_COMMANDS, *BENCH_COMMANDS]:
+for _command in [*KNOWLEDGE_COMMANDS, *CHAT_COMMANDS, *BENCH_COMMANDS, *DEVICE_COMMANDS]:
     main.add_command(_command)
 
 if __name__ == "__main__":

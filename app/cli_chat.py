@@ -13,7 +13,8 @@ _options = [
     click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]"),
     click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]"),
     click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]"),
-    click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]"),
+    click.option("--backend", type=click.Choice(["cpu", "htp", "auto"]),
+                 help="cpu | htp | auto (the NPU on a Snapdragon device with matching builds).  [env HEXRAG_BACKEND]"),
     click.option("--no-rag", is_flag=True, help="Answer without the knowledge base."),
     click.option("--voice", is_flag=True, help="Short spoken-style answer, sentence by sentence."),
 ]
@@ -27,10 +28,13 @@ def _with_options(fn):
 
 def _assistant(llm, embedder, kb, backend, no_rag):
     from app.assistant import Assistant
+    from app.device import settle
     from app.settings import Settings
 
     given = {"llm": llm, "embedder": embedder, "kb": kb, "backend": backend}
-    return Assistant(Settings(**{k: v for k, v in given.items() if v is not None}), rag=not no_rag)
+    settings, choice = settle(Settings(**{k: v for k, v in given.items() if v is not None}), rag=not no_rag)
+    click.echo(choice.line(), err=True)
+    return Assistant(settings, rag=not no_rag)
 
 
 def stream_answer(assistant, question, voice=False, keep_history=False):

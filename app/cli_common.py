@@ -8,11 +8,12 @@ import sys
 import click
 
 from app.bench.errors import BenchError
+from app.bundle import BundleError
 from app.errors import DOMAIN_ERRORS
 from build_scripts.errors import BuildError
 
 # the library's typed errors (the API maps the same table to status codes) and the CLI's own
-USER_ERRORS = (*DOMAIN_ERRORS, BuildError, BenchError, OSError)
+USER_ERRORS = (*DOMAIN_ERRORS, BuildError, BenchError, BundleError, OSError)
 
 
 def friendly(fn):

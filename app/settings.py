@@ -21,7 +21,11 @@ class Settings(BaseSettings):
          if (p / "manifest.json").is_file()), Path("models/qwen2.5-coder-1.5b-instruct")))
     embedder: Path = Path("models/all-minilm-l6-v2")
     kb: Path | None = None  # default: the knowledge package's per-user location
-    backend: Literal["cpu", "htp"] = "cpu"
+    # auto: the NPU where this is a Snapdragon device whose SoC the models were built for, else the
+    # CPU (app.device.settle decides and says why)
+    backend: Literal["cpu", "htp", "auto"] = "cpu"
+    bundle: Path | None = None  # serve from a device bundle (hexrag export bundle): its models and KB
+    qnn_target: str | None = None  # which HTP build to load when a model holds several (sm8650 ...)
     threads: int | None = None
     api_key: str | None = None
 

@@ -33,10 +33,14 @@ class AppState:
         """Load models and the knowledge base (runs on a background thread at start-up)."""
         s = self.settings
         try:
+            if s.backend == "auto":  # `hexrag serve` settles it before; an app made in code may not have
+                from app.device import settle
+
+                self.settings = s = settle(s)[0]
             log.info("loading LLM %s on %s", s.llm, s.backend)
-            self.llm = LLM(s.llm, backend=s.backend, threads=s.threads)
+            self.llm = LLM(s.llm, backend=s.backend, threads=s.threads, target=s.qnn_target)
             log.info("loading embedder %s", s.embedder)
-            self.embedder = Embedder(s.embedder, backend=s.backend, threads=s.threads)
+            self.embedder = Embedder(s.embedder, backend=s.backend, threads=s.threads, target=s.qnn_target)
             self.kb = _open_kb(s, self.embedder)
             clear_staging(self.kb.dir)
             self.status = "ready"

@@ -27,9 +27,9 @@ START_GRAPH = "start"  # graph name of the position-0 graph of quantized models
 
 class Decoder:
     def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
-                 verify: bool = True, prepack: bool | None = None):
+                 verify: bool = True, prepack: bool | None = None, target: str | None = None):
         """`prepack=False`: no session packs a copy of its weights (slower on the CPU, but a float
-        1.5B model's decode graph would copy 6 GB); None: the rule below."""
+        1.5B model's decode graph would copy 6 GB); None: the rule below. `target`: the HTP build to load."""
         self.dir = Path(model_dir)
         self.manifest = m = load_manifest(self.dir, verify=verify)
         if m.kind != "llm":
@@ -40,7 +40,7 @@ class Decoder:
         arch = m.architecture
         self.context: int = m.context
         self.mask_value = np.float32(m.mask_value)
-        paths = graph_paths(self.dir, m, backend)
+        paths = graph_paths(self.dir, m, backend, target)
         # float graphs on the CPU: only the decode graph gets packed weights: it runs every token
         # (packing bought 25% there), while prefill barely gains from it and each packed copy costs a
         # full set of weights. MatMulNBits graphs always pack: their integer kernels need it

@@ -23,7 +23,7 @@ class Embeddings:
 
 class Embedder:
     def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
-                 verify: bool = True):
+                 verify: bool = True, target: str | None = None):
         self.dir = Path(model_dir)
         self.manifest = m = load_manifest(self.dir, verify=verify)
         if m.kind != "embedder":
@@ -31,7 +31,7 @@ class Embedder:
         graph = m.graph("embed")
         self.batch, self.seq = graph.batch, graph.seq
         self.dim = m.architecture["hidden"]
-        self.session = open_graph(graph_paths(self.dir, m, backend)[graph.name], backend, threads)
+        self.session = open_graph(graph_paths(self.dir, m, backend, target)[graph.name], backend, threads)
         self.tokenizer = Tokenizer.from_file(str(self.dir / m.tokenizer.file))
         # the graph has a fixed length: we pad and truncate ourselves and report truncation
         self.tokenizer.no_padding()

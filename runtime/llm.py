@@ -84,8 +84,8 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 class LLM:
     def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
-                 prepack: bool | None = None):
-        self.decoder = Decoder(model_dir, backend=backend, threads=threads, prepack=prepack)
+                 prepack: bool | None = None, target: str | None = None):
+        self.decoder = Decoder(model_dir, backend=backend, threads=threads, prepack=prepack, target=target)
         m = self.decoder.manifest
         self.name = m.name
         self.context = self.decoder.context

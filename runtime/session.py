@@ -19,6 +19,8 @@ from runtime.errors import RuntimeModelError
 
 BACKENDS = ("cpu", "htp")
 PROFILE_ENV = "HEXRAG_PROFILE"
+# HTP sessions: QNN's own profile (per-node cycles, accelerator time per run) as DIR/<graph>.csv
+QNN_PROFILE_ENV = "HEXRAG_QNN_PROFILE"
 
 
 class GraphSession:
@@ -39,6 +41,8 @@ class GraphSession:
       session_config    extra session config entries, passed through.
     CPU-only: prepack=False keeps weights memory-mapped instead of packing a copy per session;
     $HEXRAG_PROFILE=DIR makes every session write an ONNX Runtime profile there (runtime.profile).
+    HTP: $HEXRAG_QNN_PROFILE=DIR makes every session write QNN's detailed profile there
+    (`python -m runtime.profile --qnn DIR` sums it).
     """
 
     def __init__(self, path: Path, backend: str = "cpu", threads: int | None = None, *,
@@ -98,6 +102,9 @@ class GraphSession:
                 soc_model = int(os.environ[qnn.SOC_MODEL_ENV])
             if fp16 is None:
                 fp16 = not kind.quantized
+        if os.environ.get(QNN_PROFILE_ENV):
+            csv = Path(os.environ[QNN_PROFILE_ENV]) / f"{self.path.stem}.csv"
+            extra_options = {"profiling_level": "detailed", "profiling_file_path": str(csv), **(extra_options or {})}
         options = qnn.provider_options(soc_model=soc_model, htp_arch=htp_arch, performance_mode=performance_mode,
                                        fp16=fp16, extra=extra_options)
         so = qnn.session_options(options, log_level=log_level, threads=threads, config=config)

@@ -19,13 +19,16 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, llm: Path, embedder: Path, kb: Path, log: Path, **settings):
+    def __init__(self, llm: Path | None, embedder: Path | None, kb: Path | None, log: Path,
+                 command: list[str] | None = None, **settings):
+        """`command`: what starts the server instead of `hexrag serve --llm --embedder --kb` (it gets `--port`)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "HEXRAG_THREADS": "1"}
         env.update({f"HEXRAG_{k.upper()}": str(v) for k, v in settings.items()})
-        args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--llm", str(llm),
-                "--embedder", str(embedder), "--kb", str(kb)]
+        args = [*command, "--port", str(self.port)] if command else [
+            sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--llm", str(llm),
+            "--embedder", str(embedder), "--kb", str(kb)]
         self._log = open(log, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.log_path = log

@@ -289,3 +289,26 @@ def test_cli_generate_json_on_htp(htp_models):
     # fp16 on HTP vs fp32 on the CPU: the first tokens agree (later ones may flip on near-ties
     # of this random-weight model; the greedy test above checks logits step by step)
     assert out["token_ids"][:3] == run("cpu")["token_ids"][:3]
+
+
+def test_qnn_profile_from_the_environment(htp_models, tmp_path, monkeypatch):
+    """HEXRAG_QNN_PROFILE=DIR: every HTP session writes QNN's own profile, which runtime.profile sums."""
+    import gc
+
+    from runtime.profile import summarize_qnn
+    from runtime.session import QNN_PROFILE_ENV
+
+    monkeypatch.setenv(QNN_PROFILE_ENV, str(tmp_path))
+    d = htp_models["llama"]
+    session = GraphSession(d / _build(d)["graphs"]["decode"], "htp")
+    feeds = {s.name: np.zeros(s.shape, np.int32 if s.dtype == "int32" else np.float32)
+             for s in load_manifest(d).graph("decode").inputs}
+    for _ in range(3):
+        session.run(feeds)
+    del session
+    gc.collect()  # QNN writes the profile when the session is released
+    q = summarize_qnn(tmp_path / "decode_ctx.csv")
+    assert q["runs"] == 3 and q["accelerator_us"] > 0
+    names = [n["node"] for n in q["nodes"]]
+    assert "/layers.*/attn/rms_norm" in names and not any("OpId" in n for n in names)
+    assert abs(sum(n["share"] for n in q["nodes"]) - 1.0) < 1e-6
