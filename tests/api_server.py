@@ -33,7 +33,7 @@ class Server:
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.log_path = log
 
-    def wait_ready(self, timeout: float = 120) -> dict:
+    def wait_ready(self, timeout: float = 300) -> dict:  # loading takes ~20 s; minutes on a busy machine
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -129,11 +129,23 @@ KEY_FOB = "The key fob uses a CR2032 coin battery, which lasts about two years."
      True),
     ("how many kilometres can I drive?", FAST, False),  # a number, in the wrong unit
     ("does roadside assistance cost anything?", ROADSIDE, True),  # "free" answers a price question
+    ("how quick is it from 0 to 100 in Sport mode?", "Sport mode gives the quickest accelerator response.",
+     False),  # an amount asked, none stated
 ])
 def test_a_quote_answers_only_the_question_it_is_about(question, quote, ok):
     """Each quote here is a whole (short) passage: the topic is checked on the passage, the kind of
     value on the quote."""
     assert (on_topic(question, quote) and answers_kind(question, quote)) is ok
+
+
+@pytest.mark.parametrize("question, quote, ok", [
+    ("后备箱能装多少升？", "洗涤液壶容量 4 升。", True),  # litres asked and stated
+    ("后备箱能装多少升？", "保养周期是 12 个月。", False),
+    ("无线充电板最大功率是多少瓦？", "两者都支持无线和有线连接。", False),  # "两者" is no amount in watts
+    ("每天充到多少合适？", "日常使用建议设为百分之八十。", True),  # 每天 "every day" names no unit
+])
+def test_a_chinese_quote_states_the_kind_of_value_asked(question, quote, ok):
+    assert answers_kind(question, quote) is ok
 
 
 def test_chinese_question_words_are_whole_words():

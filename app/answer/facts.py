@@ -47,6 +47,7 @@ _UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
     "a": ("a", "amps", "amperes", "amp", "ampere", "安", "安培"),
     "g": ("g",),
     "inch": ("inch", "inches", "英寸", "寸"),
+    "w": ("watts", "watt", "瓦特", "瓦"),
     "times": ("times", "次"),
 }
 _UNIT_OF = {spelling: unit for unit, spellings in _UNIT_SPELLINGS.items() for spelling in spellings}
@@ -244,11 +245,14 @@ def without_facts(text: str) -> str:
     return " ".join(w for w in text.split() if w.lower().strip(".,;:!?()") not in UNIT_WORDS)
 
 
-# unit spellings that name a unit in a question ("in litres", "how many kilometres"): single letters
-# ("a", "m", "s") and "degrees" are words as often as units
-_NAMED_UNIT = re.compile(r"(?<![a-z])(?:" + "|".join(re.escape(s) for s in sorted(
-    (s for s in _UNIT_OF if len(s) >= 3 and s not in ("degrees", "times", "次", "度")), key=len, reverse=True))
-    + r")(?![a-z])", re.I)
+# unit spellings that name a unit in a question ("in litres", "how many kilometres", "多少升"): short
+# Latin ones ("a", "m", "kw") and one-character Chinese ones (天 "day" in 每天 "every day", 安 in 安全
+# "safety") are other words as often as units; 升, 秒 and 瓦 are not
+_NAMED_SPELLINGS = [s for s in _UNIT_OF if (len(s) >= 3 if s.isascii() else len(s) >= 2 or s in "升秒瓦")
+                    and s not in ("degrees", "times")]
+_NAMED_UNIT = re.compile(r"(?<![a-z])(?:" + "|".join(re.escape(s) for s in sorted(_NAMED_SPELLINGS, key=len,
+                                                                                   reverse=True)) + r")(?![a-z])",
+                         re.I)
 
 
 def named_units(text: str) -> set[str]:

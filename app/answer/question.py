@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from app.answer.facts import extract_facts, named_units, without_facts
+from app.answer.facts import extract_facts, named_units, states_quantity, without_facts
 from app.answer.relevance import terms
 
 # a repair: a pause (… , — ;) then "no", "sorry", "I mean", "wait" ... then the question again
@@ -26,6 +26,9 @@ _QUANTITY = re.compile(r"\b(?:how\s+(?:much|many|long|far|fast|often|heavy|big|q
 _PRICE = re.compile(r"\bhow\s+much\b.*\b(?:cost|price|charge|pay)|\b(?:cost|price)\b|多少钱|价格|费用", re.I)
 _FREE = re.compile(r"\bfree\b|no charge|免费|不收费", re.I)
 _PHONE = re.compile(r"\b(?:number|call|ring|phone|dial)\b|电话|号码|打给", re.I)
+# "how long / how far / how many ...": an amount, whatever its unit ("when" asks for a moment or a condition)
+_AMOUNT = re.compile(r"\bhow\s+(?:much|many|long|far|fast|often|heavy|big|quick|low|high)\b|多少|多久|多长|多快|多远|多大|"
+                     r"几[个年天次档秒分小公]", re.I)
 
 
 def meant(question: str) -> str:
@@ -64,12 +67,14 @@ def on_topic(question: str, passage: str) -> bool:
 
 def answers_kind(question: str, answer: str) -> bool:
     """Whether an answer states the kind of value the question asks for: a price for "how much does
-    it cost" (or that it is free), a phone number when one is asked for, and a number in the unit
-    the question names ("in litres", "how many kilometres")."""
+    it cost" (or that it is free), a phone number when one is asked for, an amount for "how long /
+    how far / 多少", in the unit the question names ("in litres", "how many kilometres")."""
     facts = extract_facts(answer)
     if _PRICE.search(question) and not (_FREE.search(answer) or any(f.key.endswith(_CURRENCIES) for f in facts)):
         return False
     if asks_phone(question) and not any(f.kind == "phone" for f in facts):
+        return False
+    if _AMOUNT.search(question) and not states_quantity(facts):
         return False
     units = named_units(question) - {f.key.split(" ", 1)[1] for f in extract_facts(question) if " " in f.key}
     return not units or any(" " in f.key and f.key.split(" ", 1)[1] in units for f in facts)
