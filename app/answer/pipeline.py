@@ -160,7 +160,9 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     if len(unknown) * 3 >= len(content_words(question)):
         plan.missing_topic = set(unknown)
-    if not plan.missing_topic:
+    # a quote speaks the KB's own words with its authority: none when the question names anything the
+    # KB never does (a roof box is not the tow ball's load); the model may still answer around it
+    if not unknown:
         best = plan.passages[0]
         quote = extract_answer(question, best.body, _similarity(kb) if readable else None)
         # quoted only from a passage about what the question asks, and only if it states the kind of
