@@ -108,7 +108,9 @@ def test_server_sees_cli_ingest_and_delete(tmp_path, tiny_builds):
 
         upload = {"files": ("keys.md", TEXTS["keys.md"].encode(), "text/markdown")}
         r = httpx.post(server.url + "/v1/knowledge/documents", files=upload, timeout=60)
-        assert r.status_code == 200 and len(r.json()["added"]) == 1, r.text
+        assert r.status_code == 202, r.text
+        job = server.wait_job(r.json())  # uploads ingest in the background
+        assert job["status"] == "succeeded" and len(job["added"]) == 1, job
         count, chunks = on_disk(kb_dir)
         assert count == chunks and chunks >= 3  # the server's save kept the CLI's vectors
 
