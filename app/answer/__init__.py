@@ -1,5 +1,6 @@
 """The grounded answer layer shared by the chat API, `hexrag ask`/`chat` and the web page.
 
+    question.py                  the question as meant (spoken repairs) and the kind of value it asks for
     passages.py / relevance.py   which retrieved passages an answer may use, and whether to answer at all
     facts.py / verify.py         the hard facts of a sentence and whether the passages state them
     extractive.py                the passage's own sentences, quoted when the model's answer fails

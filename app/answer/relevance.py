@@ -45,11 +45,16 @@ def rerank(hits: list[Hit], query_readable: bool) -> list[Hit]:
     return sorted(hits, key=lambda h: score(h, query_readable), reverse=True)
 
 
+def _english_terms(text: str) -> dict[str, str]:
+    """English word stems (first five letters) and a word each stands for; `text` is normalized."""
+    return {w[:5]: w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
+
+
 def term_words(text: str) -> dict[str, str]:
-    """Content terms and a word each stands for: English word stems (first five letters) and
-    Chinese character bigrams (their own word)."""
+    """Content terms and a word each stands for: English word stems and Chinese character bigrams
+    (their own word)."""
     text = normalize(text).lower()
-    out = {w[:5]: w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
+    out = _english_terms(text)
     for run in _CJK_RUN.findall(text):
         grams = {run[i:i + 2] for i in range(len(run) - 1)} or {run}
         out.update({g: g for g in grams if g not in _ZH_STOP and not any(s in g for s in ("什么", "怎么", "多少"))})
@@ -70,7 +75,7 @@ def content_words(text: str) -> dict[str, str]:
     Chinese words from a segmenter. Bigrams suit matching, but as *words* they are wrong half the
     time ("车在路上" gives "车在" and "在路"), so what a KB lacks is asked of whole words."""
     text = normalize(text).lower()
-    out = {w[:5]: w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
+    out = _english_terms(text)
     for run in _CJK_RUN.findall(text):
         out.update({w: w for w in rjieba.cut(run) if len(w) >= 2 and w not in _ZH_ASKING})
     return out
