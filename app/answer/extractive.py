@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from app.answer.facts import extract_facts, states_quantity
+from app.answer.facts import extract_facts, states_phone, states_quantity
 from app.answer.question import asks_phone, asks_quantity
 from app.answer.relevance import coverage, terms
 from app.answer.sentences import split_sentences
@@ -41,7 +41,7 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
         value = (coverage(question, s) if wanted else 0.0) + cosines[i]
         if quantity and states_quantity(facts):
             value += 0.25
-        if phone and any(f.kind == "phone" for f in facts):
+        if phone and states_phone(facts):
             value += 0.5
         return value - 0.01 * i  # earlier sentences win ties: FAQ answers lead with the point
 

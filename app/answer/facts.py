@@ -267,6 +267,10 @@ def states_quantity(facts: list[Fact]) -> bool:
     return any(f.kind in QUANTITY_KINDS for f in facts)
 
 
+def states_phone(facts: list[Fact]) -> bool:
+    return any(f.kind == "phone" for f in facts)
+
+
 @dataclass
 class FactIndex:
     """What a set of passages states, for support checks."""

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.answer.extractive import extract_answer
-from app.answer.facts import extract_facts, states_quantity
+from app.answer.facts import extract_facts, states_phone, states_quantity
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
                                  with_passages)
 from app.answer.question import answers_kind, asks_phone, asks_quantity, meant, on_topic
@@ -155,10 +155,11 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
-    unknown = _unknown_words(kb, question, plan.passages)
+    words = content_words(question)
+    unknown = _unknown_words(kb, words, plan.passages)
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
-    if len(unknown) * 3 >= len(content_words(question)):
+    if len(unknown) * 3 >= len(words):
         plan.missing_topic = set(unknown)
     # a quote speaks the KB's own words with its authority: none when the question names anything the
     # KB never does (a roof box is not the tow ball's load); the model may still answer around it
@@ -178,14 +179,14 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
 
 
 def _states_phone(hit) -> bool:
-    return any(f.kind == "phone" for f in extract_facts(hit.text))
+    return states_phone(extract_facts(hit.text))
 
 
-def _unknown_words(kb, question: str, passages: list[Passage]) -> dict[str, str]:
-    """Question words (English words of four letters or more, Chinese words) that no passage and no
-    chunk of the KB contains: what the KB cannot speak about. {term: the word as asked}"""
+def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[str, str]:
+    """The question's words (`content_words`: English words of four letters or more, Chinese words)
+    that no passage and no chunk of the KB contains: what the KB cannot speak about."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
-    return {t: word for t, word in content_words(question).items()
+    return {t: word for t, word in words.items()
             if t not in seen and (len(t) >= 4 or not t.isascii()) and not kb.search(word, k=1, mode="bm25")}
 
 

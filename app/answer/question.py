@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from app.answer.facts import extract_facts, named_units, states_quantity, without_facts
+from app.answer.facts import extract_facts, named_units, states_phone, states_quantity, without_facts
 from app.answer.relevance import terms
 
 # a repair: a pause (… , — ;) then "no", "sorry", "I mean", "wait" ... then the question again
@@ -20,15 +20,15 @@ _REPAIR_ZH = re.compile(r"(?:不对|不是不是|我是说|我的意思是|说�
 _CURRENCIES = (" eur", " usd", " gbp", " cny")
 _MIN_TERMS = 2  # a repaired question has at least this many content terms, or the repair is not one
 
-_QUANTITY = re.compile(r"\b(?:how\s+(?:much|many|long|far|fast|often|heavy|big|quick|old|low|high)|what\s+(?:number|"
-                       r"size|speed|pressure|type|limit)|which\s+number|when)\b|多少|多久|多长|多快|多远|多大|几|"
-                       r"什么型号|电话", re.I)
+_HOW = "much|many|long|far|fast|often|heavy|big|quick|low|high"  # how ... asks an amount
+_ZH_HOW = "多少|多久|多长|多快|多远|多大"
+_QUANTITY = re.compile(rf"\b(?:how\s+(?:{_HOW}|old)|what\s+(?:number|size|speed|pressure|type|limit)|which\s+number|"
+                       rf"when)\b|{_ZH_HOW}|几|什么型号|电话", re.I)
 _PRICE = re.compile(r"\bhow\s+much\b.*\b(?:cost|price|charge|pay)|\b(?:cost|price)\b|多少钱|价格|费用", re.I)
 _FREE = re.compile(r"\bfree\b|no charge|免费|不收费", re.I)
 _PHONE = re.compile(r"\b(?:number|call|ring|phone|dial)\b|电话|号码|打给", re.I)
 # "how long / how far / how many ...": an amount, whatever its unit ("when" asks for a moment or a condition)
-_AMOUNT = re.compile(r"\bhow\s+(?:much|many|long|far|fast|often|heavy|big|quick|low|high)\b|多少|多久|多长|多快|多远|多大|"
-                     r"几[个年天次档秒分小公]", re.I)
+_AMOUNT = re.compile(rf"\bhow\s+(?:{_HOW})\b|{_ZH_HOW}|几[个年天次档秒分小公]", re.I)
 
 
 def meant(question: str) -> str:
@@ -72,7 +72,7 @@ def answers_kind(question: str, answer: str) -> bool:
     facts = extract_facts(answer)
     if _PRICE.search(question) and not (_FREE.search(answer) or any(f.key.endswith(_CURRENCIES) for f in facts)):
         return False
-    if asks_phone(question) and not any(f.kind == "phone" for f in facts):
+    if asks_phone(question) and not states_phone(facts):
         return False
     if _AMOUNT.search(question) and not states_quantity(facts):
         return False

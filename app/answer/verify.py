@@ -4,10 +4,11 @@
              ─► Check(supported, unsupported)
 
 A sentence that uses a word of the question no passage contains is off topic. A sentence that denies
-something must have a source sentence about the same thing that denies too: small models turn
-"it switches off after 15 minutes" into "it does not switch itself off". The question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg
-is more than the limit") without inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that says it
-does not know is taken at its word.
+something must have a source sentence about the same thing that denies too: small models turn "it
+switches off after 15 minutes" into "it does not switch itself off". The question counts as a source
+of numbers: an answer may repeat the driver's own numbers ("2,000 kg is more than the limit") without
+inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that
+says it does not know is taken at its word.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ class Check:
 # a denial is a claim a driver acts on ("it does not switch itself off"), as hard as a number
 _NEGATION = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|isn't|aren't|won't|none|nothing)\b|"
                        r"不|没有|没法|无法|无需|无须|别", re.I)
-
-
 _REPLY = re.compile(r"^\s*(?:no|yes)\b\W*", re.I)  # "No: 2,000 kg is more than ...": the reply to a yes/no question
 
 
@@ -75,30 +74,30 @@ class Verifier:
     def check(self, sentence: str) -> Check:
         facts = extract_facts(sentence)
         said = terms(sentence)
+        own = terms(without_facts(sentence)) - {"answe"}  # what the sentence is about, its facts taken out
         off_topic = sorted(m for m in self.missing if any(t.startswith(m) or m.startswith(t) for t in said))
-        unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, sentence)]
+        unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
+        refusal = bool(_REFUSAL.search(sentence))
         denial = _NEGATION.search(_REPLY.sub("", sentence))
-        if denial and not _REFUSAL.search(sentence) and not self._denied_by_a_source(sentence):
+        if denial and not refusal and not self._denied_by_a_source(own):
             unsupported.append(Fact("negation", "not", denial.group(0)))
-        return Check(sentence, facts, unsupported, bool(_REFUSAL.search(sentence)), off_topic)
+        return Check(sentence, facts, unsupported, refusal, off_topic)
 
     def _supported(self, fact: Fact) -> bool:
         return (self.names if fact.kind in ("name", "menu") else self.index).supports(fact)
 
-    def _denied_by_a_source(self, sentence: str) -> bool:
+    def _denied_by_a_source(self, own: set[str]) -> bool:
         """A sentence that denies something ("there is no top speed limit") needs a source sentence
         about the same thing (two shared terms, or all of a short sentence's) that denies too."""
-        own = terms(without_facts(sentence)) - {"answe"}
         need = min(2, len(own))
         return any(s.negated and len(own & s.terms) >= need for s in self.sentences)
 
-    def _in_context(self, fact: Fact, sentence: str) -> bool:
+    def _in_context(self, fact: Fact, own: set[str]) -> bool:
         """A number must be said about what its source sentence is about: "the boot holds 4 litres" is
         not supported by "the washer fluid reservoir holds 4 litres". The sentence's own words (its
         facts taken out) must share a term with a source sentence that states the number."""
         if fact.kind != "number":
             return True
-        own = terms(without_facts(sentence)) - {"answe"}
         if len(own) < 2:  # "The answer is 290.": the number is said about what the question asks
             own = self.question_terms
         if not own:
