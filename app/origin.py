@@ -10,13 +10,13 @@ machine (plant or delete documents, run generations, read the knowledge base).
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import APIError
+from app.settings import is_loopback
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -29,15 +29,9 @@ def _hostname(host: str) -> str | None:
 
 
 def is_loopback_name(host: str) -> bool:
+    """A Host header naming this machine: `localhost`, `*.localhost` or a loopback address."""
     name = _hostname(host)
-    if name is None:
-        return False
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return name is not None and (name.endswith(".localhost") or is_loopback(name))
 
 
 def is_same_origin(origin: str, host: str) -> bool:

@@ -10,6 +10,16 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def is_loopback(name: str) -> bool:
+    """`localhost` or a loopback address (127.0.0.0/8, ::1)."""
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEXRAG_", extra="ignore")
 
@@ -45,12 +55,7 @@ class Settings(BaseSettings):
 
     @property
     def loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
 
     def check(self) -> None:
         """Refuse to serve beyond this machine without an API key."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from fastapi import Request, UploadFile
 from starlette.exceptions import HTTPException
 
+from app.body_limit import capped, declared_over
 from app.errors import APIError
 from knowledge import IngestReport, KnowledgeBase
 
@@ -52,21 +53,10 @@ async def read_form_files(request: Request, limit: int) -> list[UploadFile]:
     """The `files` parts of a multipart body, refused with a 413 by its Content-Length or as soon as
     the stream passes the limit: the parser spools parts to disk, so the limit must act first."""
     cap = limit + MULTIPART_OVERHEAD
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > cap:
+    if declared_over(request.headers, cap):
         raise too_large(limit)
-    received = 0
-
-    async def receive():
-        nonlocal received
-        message = await request.receive()
-        received += len(message.get("body", b""))
-        if received > cap:
-            raise _BodyTooLarge
-        return message
-
     try:
-        form = await Request(request.scope, receive).form(max_files=MAX_FILES)
+        form = await Request(request.scope, capped(request.receive, cap, _BodyTooLarge)).form(max_files=MAX_FILES)
     except _BodyTooLarge:
         raise too_large(limit) from None
     except HTTPException as e:  # what Starlette makes of a malformed body
