@@ -79,4 +79,12 @@ def ensure_sample_kb(kb: KnowledgeBase) -> None:
     files = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".jsonl", ".md") and p.name != "README.md"
                    and "questions" not in p.name)
     report = kb.ingest(files, progress=True, prune=False)
+    # a KB filled from another checkout or install holds the same samples under another path: every
+    # passage would be retrieved (and cited) twice
+    current, names = {str(p.resolve()) for p in files}, {p.name for p in files}
+    for doc in kb.list_documents():
+        src = Path(doc.source)
+        if src.name in names and src.parent.parts[-2:] == ("knowledge", "samples") and doc.source not in current:
+            kb.delete(doc.source)
+            log.info("knowledge base %s: removed the sample copy %s", kb.dir, doc.source)
     log.info("knowledge base %s: %d added, %d unchanged", kb.dir, len(report.added), len(report.unchanged))

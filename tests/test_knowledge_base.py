@@ -248,3 +248,22 @@ def test_hits_are_distinct_sections_and_say_what_their_score_is(tmp_path, embedd
             assert {h.score_kind for h in hits} == {kind} and hits[0].to_dict()["score_kind"] == kind
         hybrid = kb.search("wiper blades fluid", k=3, mode="hybrid", min_score=NO_GATE)
         assert all(h.score == h.scores["hybrid"] <= 2 / 61 and -1 <= h.scores["dense"] <= 1 for h in hybrid)
+
+
+def test_the_sample_kb_is_held_once_whichever_checkout_filled_it(tmp_path, embedder):
+    """A KB filled by an older checkout keeps its samples under that path: quickstart replaces them."""
+    import shutil
+
+    from app.quickstart import SAMPLES, ensure_sample_kb
+
+    old = tmp_path / "old-clone" / "knowledge" / "samples"
+    shutil.copytree(SAMPLES, old)
+    mine = tmp_path / "notes" / "aurora_faq.jsonl"  # the driver's own file of the same name stays
+    mine.parent.mkdir()
+    mine.write_text('{"question": "Where is the spare key?", "answer": "In the glovebox."}\n')
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest([old / "aurora_faq.jsonl", old / "aurora_manual.md", mine], progress=False)
+        ensure_sample_kb(kb)
+        sources = sorted(d.source for d in kb.list_documents())
+    wanted = sorted(str((SAMPLES / n).resolve()) for n in ("aurora_faq.jsonl", "aurora_faq_zh.jsonl", "aurora_manual.md"))
+    assert sources == sorted([*wanted, str(mine.resolve())])
