@@ -229,11 +229,25 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
     _compile(out, targets, variant, part_budget)
 
 
+def _shape(value: str) -> tuple[int, int] | None:
+    """`--query-shape`: "BxL" (e.g. 1x32) or "none"."""
+    if value.strip().lower() in ("none", "0", ""):
+        return None
+    try:
+        batch, seq = (int(v) for v in value.lower().split("x"))
+    except ValueError:
+        raise click.BadParameter(f"expected BxL such as 1x32, or none; got {value!r}",
+                                 param_hint="--query-shape") from None
+    return batch, seq
+
+
 @build.command("embedder")
 @click.option("--weights", required=True, help="Hugging Face BERT directory or a packaged model key.")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Model directory to write.")
 @click.option("--batch", default=8, show_default=True, help="Static batch size B.")
 @click.option("--seq", default=128, show_default=True, help="Static sequence length L (tokens per text).")
+@click.option("--query-shape", default="1x32", show_default=True,
+              help="BxL of a second graph for short single queries (same weights; L capped at --seq); none: no bucket.")
 @click.option("--name", help="Model name recorded in the manifest (default: the directory name).")
 @click.option("--quant", default="none", show_default=True,
               help="none (float; fp16 on HTP) | w8a16 | w4a16 | a JSON recipe file (PTQ for HTP with --calib text).")
@@ -241,17 +255,18 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
 @_target_option
 @_variant_option
 @_friendly
-def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, name: str | None, quant: str,
-                       calib: tuple[Path, ...], calib_samples: int, targets, variant) -> None:
-    """Build a BERT sentence embedder into one [B, L] graph with pooling."""
+def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, query_shape: str, name: str | None,
+                       quant: str, calib: tuple[Path, ...], calib_samples: int, targets, variant) -> None:
+    """Build a BERT sentence embedder into a [B, L] graph with pooling (+ a small query bucket)."""
     from build_scripts.build import build_embedder
 
     if quant in _CPU_QUANT:
         raise click.UsageError(f"--quant {quant} is for LLMs; an embedder takes none, w8a16, w4a16 or a recipe file")
-    _build_quantized(lambda d: build_embedder(weights, d, batch=batch, seq=seq, name=name or out.name),
+    query = _shape(query_shape)
+    _build_quantized(lambda d: build_embedder(weights, d, batch=batch, seq=seq, name=name or out.name, query=query),
                      out, quant, calib, calib_samples, targets)
     m = load_manifest(out)
-    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {m.graphs[0].file} in {out}")
+    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(g.file for g in m.graphs)} in {out}")
     _compile(out, targets, variant)
 
 

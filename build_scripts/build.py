@@ -158,8 +158,20 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
         return _finish(tmp, manifest)
 
 
+QUERY_SHAPE = (1, 32)  # one spoken question: a 12-token query pays for 32 tokens, not batch × seq
+
+
+def embedder_file(batch: int, seq: int, main: bool) -> str:
+    """The main graph keeps its historic name; a query bucket is named after its shape."""
+    return "embed.onnx" if main else f"embed_{batch}x{seq}.onnx"
+
+
 def build_embedder(weights: str | Path, out: str | Path, batch: int = 8, seq: int = 128,
-                   name: str | None = None) -> Manifest:
+                   name: str | None = None, query: tuple[int, int] | None = QUERY_SHAPE) -> Manifest:
+    """The main [batch, seq] graph (ingest, batches of passages) and, unless `query` is None, a
+    second static graph of shape `query` (B, L) for short single questions, both reading one
+    weights file. `query`'s L is capped at `seq`; a query shape no smaller than the main one is
+    not built (the main graph already serves it)."""
     out = Path(out)
     model = load_weights(resolve_weights(weights))
     cfg = model.config
@@ -167,20 +179,31 @@ def build_embedder(weights: str | Path, out: str | Path, batch: int = 8, seq: in
         raise BuildError(f"{model.source} is a {cfg.arch} decoder; build it with `hexrag build llm`")
     if batch < 1 or not 1 < seq <= cfg.max_positions:
         raise BuildError(f"--batch must be >= 1 and --seq between 2 and {cfg.max_positions}")
+    shapes = [(batch, seq)]
+    if query is not None:
+        q_batch, q_seq = query[0], min(query[1], seq)
+        if not 1 <= q_batch <= batch or q_seq < 2:
+            raise BuildError(f"--query-shape {query[0]}x{query[1]} must have a batch between 1 and --batch ({batch}) "
+                             f"and a length of at least 2")
+        if q_batch * q_seq < batch * seq:
+            shapes.append((q_batch, q_seq))
     tok = _tokenizer(model)
     with _staging(out) as tmp:
         tok_info = save_tokenizer(tok, tmp)
         store = WeightStore(tmp / WEIGHTS_FILE)
-        try:
-            graph = build_bert_graph("embed", store, model.weights, cfg, batch, seq)
-            _save_graph(tmp, graph, "embed.onnx")
+        specs = []
+        try:  # every graph's weights go through one store: written once, shared by both graphs
+            for i, (b, s) in enumerate(shapes):
+                file = embedder_file(b, s, main=i == 0)
+                graph = build_bert_graph(Path(file).stem, store, model.weights, cfg, b, s)
+                _save_graph(tmp, graph, file)
+                specs.append(_graph_spec(graph, "embed", file, s, b))
         finally:
             store.close()
         manifest = Manifest(
             name=name or out.name, kind="embedder", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             source=_source(model), architecture=cfg.to_dict(), mask_value=MASK_VALUE,
-            graphs=[_graph_spec(graph, "embed", "embed.onnx", seq, batch)], weights_file=WEIGHTS_FILE,
-            tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
+            graphs=specs, weights_file=WEIGHTS_FILE, tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
         )
         return _finish(tmp, manifest)
 

@@ -8,7 +8,8 @@ with `qnn-context-binary-utility --json_file`, then:
     hexrag build wrap-context --model models/NAME --binary ctx.bin --json ctx.json \\
         --target sm8750 --out models/NAME-qairt
 
-Every graph of the model must be in the binaries, under its own name (or mapped with
+Every graph of the model must be in the binaries (an embedder's query bucket, `embed_1x32`, may be
+left out: the runtime then embeds queries on the main graph), under its own name (or mapped with
 `--graph decode=<qnn graph name>`), with the contract's tensor names and shapes. The KV cache
 crosses the graph boundary as raw uint16 with one encoding per layer shared by every graph (the
 runtime stores rows as they are); every other tensor keeps the contract's float/int type
@@ -179,13 +180,14 @@ def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], targe
         for g in read_binary_json(Path(binary), Path(description)):
             available[g.name] = g
     graphs: dict[str, QnnGraph] = {}
-    for spec in m.graphs:
+    wrapped = [g for g in m.graphs if not _optional(m, g) or names.get(g.name, g.name) in available]
+    for spec in wrapped:
         qnn_name = names.get(spec.name, spec.name)
         if qnn_name not in available:
             raise BuildError(f"graph {spec.name} is not in the binaries (QNN graphs: {', '.join(sorted(available))}); "
                              f"map it with --graph {spec.name}=<QNN graph name>")
         graphs[spec.name] = available[qnn_name]
-    specs = [_contract_io(s) for s in m.graphs]
+    specs = [_contract_io(s) for s in wrapped]
     for spec in specs:
         _check_graph(spec, graphs[spec.name])
     kv = _kv_encodings(specs, graphs, m.architecture.get("n_layers", 0) if m.kind == "llm" else 0)
@@ -227,6 +229,11 @@ def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], targe
         new.files = hash_directory(tmp)
         new.save(tmp)
     return new
+
+
+def _optional(m: Manifest, spec: GraphSpec) -> bool:
+    """An embedder's query bucket: the runtime embeds on the main graph when it is not wrapped."""
+    return m.kind == "embedder" and spec.name != m.graph("embed").name
 
 
 def _contract_io(spec: GraphSpec) -> GraphSpec:

@@ -1,15 +1,24 @@
-"""Sentence embeddings through a model directory's static [B, L] graph."""
+"""Sentence embeddings through a model directory's static [B, L] graphs.
+
+A model has its main graph (the build's --batch × --seq: ingest's batches of passages) and, when
+built with one, a small query bucket (e.g. 1 × 32: one spoken question). Each batch of texts runs
+on whichever graph computes the fewest padded tokens for it, so a 12-token question pays for 32
+tokens instead of 8 × 128. Every graph has the same weights and pools only the real tokens, so the
+vectors do not depend on which one ran. A model built without a bucket runs everything on the main
+graph.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from models.manifest import load_manifest
+from models.manifest import GraphSpec, load_manifest
 from runtime.errors import RuntimeModelError
 from runtime.graphs import graph_paths
 from runtime.session import open_graph
@@ -21,6 +30,13 @@ class Embeddings:
     truncated: list[bool]  # text i was longer than the graph's L tokens and was cut
 
 
+def pick_graph(graphs: list[GraphSpec], rows: int, longest: int) -> GraphSpec:
+    """The graph that embeds `rows` texts of at most `longest` tokens with the fewest padded
+    tokens (runs × B × L); ties go to the fewest runs. `graphs[0]` (the main graph) always fits."""
+    fitting = [g for g in graphs if g.seq >= longest] or graphs[:1]
+    return min(fitting, key=lambda g: (math.ceil(rows / g.batch) * g.batch * g.seq, math.ceil(rows / g.batch)))
+
+
 class Embedder:
     def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
                  verify: bool = True, target: str | None = None):
@@ -28,10 +44,16 @@ class Embedder:
         self.manifest = m = load_manifest(self.dir, verify=verify)
         if m.kind != "embedder":
             raise RuntimeModelError(f"{self.dir} holds an {m.kind} model, not an embedder")
-        graph = m.graph("embed")
+        graph = m.graph("embed")  # the main graph is listed first
         self.batch, self.seq = graph.batch, graph.seq
         self.dim = m.architecture["hidden"]
-        self.session = open_graph(graph_paths(self.dir, m, backend, target)[graph.name], backend, threads)
+        paths = graph_paths(self.dir, m, backend, target)
+        self.session = open_graph(paths[graph.name], backend, threads)
+        # the query buckets: smaller graphs of the same weights (none in a model built before them,
+        # or wrapped without them); texts are cut at the main graph's L whichever graph runs them
+        self.graphs = [graph] + [g for g in m.graphs if g.kind == "embed" and g.name != graph.name
+                                 and g.seq <= graph.seq and g.name in paths]
+        self.bucket_sessions = {g.name: open_graph(paths[g.name], backend, threads) for g in self.graphs[1:]}
         self.tokenizer = Tokenizer.from_file(str(self.dir / m.tokenizer.file))
         # the graph has a fixed length: we pad and truncate ourselves and report truncation
         self.tokenizer.no_padding()
@@ -52,16 +74,25 @@ class Embedder:
             truncated.append(cut)
         return ids, truncated
 
-    def embed(self, texts: list[str]) -> Embeddings:
+    def _session(self, graph: GraphSpec):
+        return self.session if graph.name == self.graphs[0].name else self.bucket_sessions[graph.name]
+
+    def embed(self, texts: list[str], buckets: bool = True) -> Embeddings:
+        """`buckets=False` runs every text on the main graph (what calibration captures)."""
         ids, truncated = self.encode_ids(texts)
         out = np.zeros((len(texts), self.dim), np.float32)
+        graphs = self.graphs if buckets else self.graphs[:1]
         for start in range(0, len(ids), self.batch):
-            chunk = ids[start:start + self.batch]
-            input_ids = np.zeros((self.batch, self.seq), np.int32)
-            mask = np.zeros((self.batch, self.seq), np.int32)
-            for row, toks in enumerate(chunk):
-                input_ids[row, :len(toks)] = toks
-                mask[row, :len(toks)] = 1
-            vectors = self.session.run({"input_ids": input_ids, "attention_mask": mask})["embeddings"]
-            out[start:start + len(chunk)] = vectors[:len(chunk)]
+            group = ids[start:start + self.batch]
+            graph = pick_graph(graphs, len(group), max(len(t) for t in group))
+            session = self._session(graph)
+            for sub in range(0, len(group), graph.batch):
+                chunk = group[sub:sub + graph.batch]
+                input_ids = np.zeros((graph.batch, graph.seq), np.int32)
+                mask = np.zeros((graph.batch, graph.seq), np.int32)
+                for row, toks in enumerate(chunk):
+                    input_ids[row, :len(toks)] = toks
+                    mask[row, :len(toks)] = 1
+                vectors = session.run({"input_ids": input_ids, "attention_mask": mask})["embeddings"]
+                out[start + sub:start + sub + len(chunk)] = vectors[:len(chunk)]
         return Embeddings(out, truncated)

@@ -401,13 +401,31 @@ def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
     for i in range(len(texts)):
         assert cosine(got[i], ref[i]) >= 0.99, texts[i]
         assert abs(np.linalg.norm(got[i]) - 1.0) < 0.01  # still unit vectors (short texts were clipped once)
+    # the query bucket is quantized with the main graph's encodings: one question, either graph
+    quantized = Embedder(out)
+    assert [g.name for g in quantized.graphs] == ["embed", "embed_1x32"]
+    one, main = quantized.embed(texts[:1]).vectors, quantized.embed(texts[:1], buckets=False).vectors
+    assert cosine(one[0], main[0]) >= 0.9999
     compile_model_dir, record_target, _ = _htp()
     entry = compile_model_dir(out, ["sm8650"], shared=False, fp16=False)
     assert entry["builds"][0]["placement"]["embed"]["cpu"] == 0
+    assert entry["builds"][0]["placement"]["embed_1x32"]["cpu"] == 0  # the bucket compiles like the main graph
     record_target(out, entry)
-    sim = Embedder(out, backend="htp").embed(texts).vectors
+    sim_embedder = Embedder(out, backend="htp")
+    sim = sim_embedder.embed(texts).vectors
     for i in range(len(texts)):
         assert cosine(sim[i], got[i]) >= 0.999
+    assert cosine(sim_embedder.embed(texts[:1]).vectors[0], one[0]) >= 0.999  # the bucket's context binary
+    # a wrapped QAIRT binary of the main graph alone: the model has no bucket and still embeds queries
+    from build_scripts.wrap_context import wrap_context
+
+    binary, qnn_name = _utility_json(out / entry["builds"][0]["graphs"]["embed"], {}, tmp_path / "embed.json")
+    wrapped = wrap_context(out, [(binary, tmp_path / "embed.json")], "sm8650", tmp_path / "wrapped",
+                           {"embed": qnn_name})
+    assert [g.name for g in wrapped.graphs] == ["embed"]
+    alone = Embedder(tmp_path / "wrapped", backend="htp")
+    assert [g.name for g in alone.graphs] == ["embed"]
+    assert cosine(alone.embed(texts[:1]).vectors[0], sim[0]) >= 0.9999
 
 
 # ------------------------------------------------------------------------------------------------

@@ -487,11 +487,11 @@ def capture_llm(llm, sequences: list[TokenSequence], collectors: dict[str, Range
 
 
 def capture_embedder(embedder, texts: list[str], collector: RangeCollector) -> dict[str, tuple[float, float]]:
-    """Run `texts` through a runtime Embedder with its session replaced by `collector`."""
+    """Run `texts` through a runtime Embedder's main graph with its session replaced by `collector`."""
     original = embedder.session
     embedder.session = _Adapter(collector)
     try:
-        embedder.embed(texts)
+        embedder.embed(texts, buckets=False)
     finally:
         embedder.session = original
     return {t: (lo, hi) for t, (lo, hi) in collector.ranges["main"].items()}

@@ -471,7 +471,10 @@ def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, eval
     del collector
     capture_s = time.perf_counter() - t0
     rounded = _apply_gptq(prepared[graphs[0].name], targets, hessians, progress) if targets else None
-    models, info = _quantize_graphs(graphs, prepared, {graphs[0].name: ranges}, recipe, {}, work, progress, rounded)
+    # a query bucket is the main graph at a smaller shape (same node names): it takes the main
+    # graph's ranges, so both quantize every activation alike and give the same vectors
+    models, info = _quantize_graphs(graphs, prepared, {g.name: ranges for g in graphs}, recipe, {}, work, progress,
+                                    rounded)
     weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
     float_bytes = (src / m.weights_file).stat().st_size
     quantization = {
