@@ -55,16 +55,20 @@ def bench() -> None:
 @click.option("--threads", default=2, show_default=True, help="CPU threads for every system.")
 @click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
               help="hexrag's backend (htp: the NPU on a Snapdragon device; on x86 the slow simulator).")
+@click.option("--background-load", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Busy-looping processes run beside every system's run (started before, stopped after it): "
+                   "speed on a shared CPU. 0: none.")
 @click.option("--plot", type=click.Path(path_type=Path, dir_okay=False),
               help="Also draw TTFT and decode speed per prompt length into this PNG (needs matplotlib).")
 @_json
 @_friendly
-def bench_llm(model_dir, peers, gguf, genai_model, lengths, gen, runs, threads, backend, plot, as_json) -> None:
+def bench_llm(model_dir, peers, gguf, genai_model, lengths, gen, runs, threads, backend, background_load, plot,
+              as_json) -> None:
     """hexrag's CPU backend vs its peers: TTFT, prefill and decode tok/s, peak RSS, with ratios."""
     from app.bench.llm_speed import compare, format_table, parse_peers
 
     result = compare(model_dir, parse_peers(peers), _ints(lengths), gen, runs, threads, gguf=gguf,
-                     genai_model=genai_model, backend=backend, progress=not as_json)
+                     genai_model=genai_model, backend=backend, progress=not as_json, background_load=background_load)
     if plot:
         from app.bench.plots import plot_comparison
         from app.bench.report import commit

@@ -98,7 +98,11 @@ def test_bench_llm_prints_the_table_with_every_row(tiny_builds):
             if line.startswith("| ") and not line.startswith("| system")}
     assert set(rows) == {"hexrag", "llama.cpp", "genai"}
     cells = [c.strip() for c in rows["hexrag"].split("|")[2:-1]]
-    assert len(cells) == 4 and all(float(c) > 0 for c in cells)  # TTFT@8, prefill, decode, RSS
+    assert len(cells) == 6  # TTFT@8, prefill, decode, decode min–max, RSS, load average min–max
+    assert all(float(c) > 0 for c in cells[:3] + cells[4:5])
+    low, high = (float(v) for v in cells[3].split("–"))
+    assert 0 < low <= float(cells[2]) <= high and len(cells[5].split("–")) == 2
+    assert "no background load from the benchmark" in proc.stdout
     for peer, module in (("llama.cpp", "llama_cpp"), ("genai", "onnxruntime_genai")):
         if importlib.util.find_spec(module) is None:
             assert NOT_INSTALLED in rows[peer]

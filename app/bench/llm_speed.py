@@ -4,7 +4,9 @@
     ─► per system and metric: the median over runs ─► one table, every value with its ratio to hexrag
 
 Runs are interleaved (A/B/A/B) so a machine that gets busier or quieter during the benchmark
-affects every system alike. A peer that is not installed, has no model, or fails gets a row that
+affects every system alike. With `background_load` N, N busy-looping processes (app.bench.load)
+run beside every system's run, started just before it and stopped just after it: how each system
+copes with a CPU it shares. Every run records the load average before and after it. A peer that is not installed, has no model, or fails gets a row that
 says so; only hexrag itself failing stops the command.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app.bench.errors import BenchError
+from app.bench.load import CpuHog, cpu_count
 from app.bench.runners import RunSpec
 
 PEERS = {"llama.cpp": "llama.cpp", "llamacpp": "llama.cpp", "llama-cpp": "llama.cpp",
@@ -52,6 +56,10 @@ class SystemResult:
             return statistics.median(r[key] for r in self.runs)
         return statistics.median(row[key] for r in self.runs for row in r["rows"] if row["prompt"] == prompt)
 
+    def loads(self) -> list[float]:
+        """The 1-minute load averages read before and after each of this system's runs."""
+        return [v for r in self.runs for v in (r.get("load") or {}).values()]
+
     def ids(self, prompt: int) -> str | None:
         return next((row["ids"] for row in self.runs[0]["rows"] if row["prompt"] == prompt), None) if self.runs else None
 
@@ -65,6 +73,8 @@ class Comparison:
     threads: int
     systems: list[SystemResult]
     backend: str = "cpu"
+    background_load: int = 0  # busy-looping processes beside every run
+    cores: int | None = None  # the cores the benchmark could use
 
     def summary(self) -> dict:
         """Medians per system (what --json prints, next to the raw runs)."""
@@ -80,21 +90,28 @@ class Comparison:
                 "decode_tok_s": round(statistics.median(s.median("decode_tok_s", n) for n in self.lengths), 2),
                 "decode_tok_s_by_prompt": {n: round(s.median("decode_tok_s", n), 2) for n in self.lengths},
                 "peak_rss_mb": round(s.median("peak_rss_mb")),
+                "decode_tok_s_range": [round(min(r), 2), round(max(r), 2)] if (r := self._decode_per_run(s)) else None,
+                "load_average": [round(min(s.loads()), 2), round(max(s.loads()), 2)] if s.loads() else None,
                 "same_prompt_ids_as_hexrag": all(s.ids(n) == self.systems[0].ids(n) for n in self.lengths),
                 "version": s.runs[0].get("version"),
             }
         return out
 
+    def _decode_per_run(self, s: SystemResult) -> list[float]:
+        """Each run's decode tok/s (its median over the prompt lengths): the spread behind the median."""
+        return [statistics.median(row["decode_tok_s"] for row in r["rows"]) for r in s.runs]
+
     @classmethod
     def from_dict(cls, d: dict) -> Comparison:
         """Back from `to_dict()` (a saved --json run), e.g. to draw it again."""
         return cls(d["model"], d["lengths"], d["gen"], d["runs"], d["threads"],
-                   [SystemResult(**s) for s in d["systems"]], d.get("backend", "cpu"))
+                   [SystemResult(**s) for s in d["systems"]], d.get("backend", "cpu"),
+                   d.get("background_load", 0), d.get("cores"))
 
     def to_dict(self) -> dict:
         return {"model": self.model, "lengths": self.lengths, "gen": self.gen, "runs": self.runs,
-                "threads": self.threads, "backend": self.backend, "medians": self.summary(),
-                "systems": [asdict(s) for s in self.systems]}
+                "threads": self.threads, "backend": self.backend, "background_load": self.background_load,
+                "cores": self.cores, "medians": self.summary(), "systems": [asdict(s) for s in self.systems]}
 
 
 def _peer_input(peer: str, model_dir: Path, gguf: Path | None, genai_model: Path | None) -> tuple[str | None, str | None]:
@@ -119,6 +136,15 @@ def _peer_input(peer: str, model_dir: Path, gguf: Path | None, genai_model: Path
     return str(genai_model), None
 
 
+def _run_beside(spec: RunSpec, hogs: int) -> dict:
+    """One system's run with `hogs` busy-looping processes beside it, and the load around it."""
+    with CpuHog(hogs):
+        before = os.getloadavg()[0]
+        result = _spawn(spec)
+        result["load"] = {"before": round(before, 2), "after": round(os.getloadavg()[0], 2)}
+    return result
+
+
 def _spawn(spec: RunSpec) -> dict:
     proc = subprocess.run([sys.executable, "-m", "app.bench.runners", json.dumps(asdict(spec))],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -130,7 +156,7 @@ def _spawn(spec: RunSpec) -> dict:
 
 def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, runs: int, threads: int,
             gguf: Path | None = None, genai_model: Path | None = None, backend: str = "cpu",
-            progress: bool = True) -> Comparison:
+            progress: bool = True, background_load: int = 0) -> Comparison:
     from tqdm import tqdm
 
     from models.manifest import load_manifest
@@ -143,6 +169,8 @@ def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, run
                          f"rebuild it with --context {max(lengths) + gen} or more")
     if gen < 2 or runs < 1 or threads < 1:
         raise BenchError("--gen must be at least 2 (decode speed needs a second token), --runs and --threads at least 1")
+    if background_load < 0:
+        raise BenchError("--background-load must be 0 (none) or a number of busy-looping processes")
     systems = [SystemResult("hexrag", str(model_dir))]
     for peer in peers:
         model, status = _peer_input(peer, model_dir, gguf, genai_model)
@@ -156,13 +184,14 @@ def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, run
                     try:
                         spec = RunSpec(s.name, s.model, list(lengths), gen, threads,
                                        backend if s.name == "hexrag" else "cpu")
-                        s.runs.append(_spawn(spec))
+                        s.runs.append(_run_beside(spec, background_load))
                     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
                         if s.name == "hexrag":
                             raise BenchError(f"hexrag run failed: {e}") from None
                         s.status, s.runs = f"failed: {e}", []
                 bar.update()
-    return Comparison(str(model_dir), list(lengths), gen, runs, threads, systems, backend)
+    return Comparison(str(model_dir), list(lengths), gen, runs, threads, systems, backend, background_load,
+                      cpu_count())
 
 
 def _cell(value: float, ref: float | None, fmt: str) -> str:
@@ -172,10 +201,15 @@ def _cell(value: float, ref: float | None, fmt: str) -> str:
     return f"{text} ({value / ref:.2f}×)" if ref else text
 
 
+def _span(pair: list[float] | None) -> str:
+    return f"{pair[0]:.1f}–{pair[1]:.1f}" if pair else "?"
+
+
 def format_table(c: Comparison) -> str:
     """Markdown: one row per system; peers' cells carry peer ÷ hexrag."""
     big = max(c.lengths)
-    header = ["system", *[f"TTFT@{n} ms" for n in c.lengths], f"prefill tok/s @{big}", "decode tok/s", "peak RSS MB"]
+    header = ["system", *[f"TTFT@{n} ms" for n in c.lengths], f"prefill tok/s @{big}", "decode tok/s",
+              "decode min–max", "peak RSS MB", "load avg"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     medians = c.summary()
     ref = medians.get("hexrag", {})
@@ -194,9 +228,14 @@ def format_table(c: Comparison) -> str:
         lines.append("| " + " | ".join([
             s.name + ("" if row["same_prompt_ids_as_hexrag"] else " *"),
             *[cell("ttft_ms", ".0f", n) for n in c.lengths], cell("prefill_tok_s", ".0f", big),
-            cell("decode_tok_s", ".1f"), cell("peak_rss_mb", ".0f")]) + " |")
+            cell("decode_tok_s", ".1f"), _span(row["decode_tok_s_range"]), cell("peak_rss_mb", ".0f"),
+            _span(row["load_average"])]) + " |")
     notes = [f"medians of {c.runs} interleaved run(s), one process per run; {c.gen} generated tokens, greedy, "
              f"{c.threads} thread(s); hexrag on {c.backend}, peers on the CPU; decode = median over the prompt lengths; (n×) = peer ÷ hexrag (TTFT and RSS: lower is better; tok/s: higher is better)"]
+    hog = (f"{c.background_load} busy-looping process(es) beside every run" if c.background_load
+           else "no background load from the benchmark")
+    notes.append(f"{hog}, {c.cores or '?'} core(s); decode min–max over runs; load avg = the 1-minute load "
+                 f"average read before and after each run (min–max; other processes count too)")
     if any(not r.get("same_prompt_ids_as_hexrag", True) for r in medians.values()):
         notes.append("* its tokenizer cut the same text into different ids than hexrag's")
     return "\n".join(lines + [""] + notes)
