@@ -18,6 +18,25 @@ import onnxruntime as ort
 from runtime.errors import RuntimeModelError
 
 BACKENDS = ("cpu", "htp")
+# ONNX Runtime's intra-op workers busy-wait for work between parallel sections by default. On a
+# CPU shared with other processes that spinning costs more than it saves: the spinning worker
+# takes the time slices the thread holding the work needs, and a parallel section waits for a
+# worker that was preempted. Measured on SmolLM2-135M int4, 2 threads on 2 cores, interleaved
+# (docs/benchmarks.md, 2026-12-02): with other processes busy (load 6-9) decode 16 -> 26 tok/s
+# and TTFT@128 1.49 -> 1.16 s; with two busy-loop processes more, 8.2 -> 13.8 tok/s.
+INTRA_OP_SPINNING = False
+
+
+def thread_options(options: ort.SessionOptions, threads: int | None, spinning: bool = INTRA_OP_SPINNING) -> None:
+    """The CPU thread pool of a session (the CPU EP's, or the host side of a QNN session).
+
+    The thread count is always given to ONNX Runtime explicitly: when it picks the count itself
+    (0) it also pins each worker to one core, and a pinned worker cannot move off a core another
+    process is using (measured: `Cpus_allowed_list` of the worker is `1` with 0, `0-1` with 2)."""
+    count = threads or int(os.environ.get("HEXRAG_THREADS", "0")) or len(os.sched_getaffinity(0))
+    options.intra_op_num_threads = count
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
 PROFILE_ENV = "HEXRAG_PROFILE"
 # HTP sessions: QNN's own profile (per-node cycles, accelerator time per run) as DIR/<graph>.csv
 QNN_PROFILE_ENV = "HEXRAG_QNN_PROFILE"
@@ -39,6 +58,9 @@ class GraphSession:
                         more than one graph (devices only: the x86 simulator cannot load them).
       provider_options  extra QNN provider options, passed through.
       session_config    extra session config entries, passed through.
+    Both: spinning=True lets ONNX Runtime's idle workers busy-wait (off by default: see
+    INTRA_OP_SPINNING); the thread count defaults to $HEXRAG_THREADS, else every core this process
+    may run on.
     CPU-only: prepack=False keeps weights memory-mapped instead of packing a copy per session;
     $HEXRAG_PROFILE=DIR makes every session write an ONNX Runtime profile there (runtime.profile).
     HTP: $HEXRAG_QNN_PROFILE=DIR makes every session write QNN's detailed profile there
@@ -49,7 +71,8 @@ class GraphSession:
                  soc_model: int | None = None, htp_arch: int | None = None, performance_mode: str = "burst",
                  fp16: bool | None = None, log_level: str | int | None = None,
                  share_ep_contexts: bool | None = None, provider_options: dict[str, str] | None = None,
-                 session_config: dict[str, str] | None = None, prepack: bool = True):
+                 session_config: dict[str, str] | None = None, prepack: bool = True,
+                 spinning: bool = INTRA_OP_SPINNING):
         if backend not in BACKENDS:
             raise RuntimeModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
         self.path = Path(path)
@@ -58,11 +81,10 @@ class GraphSession:
             raise RuntimeModelError(f"graph file {self.path} is missing; rebuild the model")
         if backend == "htp":
             self._session = self._htp_session(threads, soc_model, htp_arch, performance_mode, fp16, log_level,
-                                              share_ep_contexts, provider_options, session_config)
+                                              share_ep_contexts, provider_options, session_config, spinning)
         else:
             options = ort.SessionOptions()
-            options.intra_op_num_threads = threads or int(os.environ.get("HEXRAG_THREADS", "0"))
-            options.inter_op_num_threads = 1
+            thread_options(options, threads, spinning)
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             # ONNX Runtime fuses a block-wise DequantizeLinear + MatMul (a w4a16 or block-int8 HTP
             # graph) into MatMulNBits, by default at accuracy level 4: int8 activations, not the
@@ -82,7 +104,7 @@ class GraphSession:
         self.input_names = [i.name for i in self._session.get_inputs()]
 
     def _htp_session(self, threads, soc_model, htp_arch, performance_mode, fp16, log_level, share,
-                     extra_options, extra_config) -> ort.InferenceSession:
+                     extra_options, extra_config, spinning) -> ort.InferenceSession:
         from runtime import qnn
 
         kind = qnn.inspect_graph(self.path)
@@ -107,7 +129,7 @@ class GraphSession:
             extra_options = {"profiling_level": "detailed", "profiling_file_path": str(csv), **(extra_options or {})}
         options = qnn.provider_options(soc_model=soc_model, htp_arch=htp_arch, performance_mode=performance_mode,
                                        fp16=fp16, extra=extra_options)
-        so = qnn.session_options(options, log_level=log_level, threads=threads, config=config)
+        so = qnn.session_options(options, log_level=log_level, threads=threads, config=config, spinning=spinning)
         try:
             return ort.InferenceSession(str(self.path), so)
         except Exception as e:  # noqa: BLE001 - ORT raises Fail / EPFail / InvalidArgument ...
