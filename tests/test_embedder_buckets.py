@@ -100,3 +100,14 @@ def test_cli_query_shape(tiny_sources, tmp_path):
 def test_build_refuses_a_bucket_wider_than_the_batch(tiny_sources, tmp_path):
     with pytest.raises(BuildError, match="between 1 and --batch"):
         build_embedder(tiny_sources["bert"], tmp_path / "x", batch=2, seq=16, query=(3, 8))
+
+
+def test_embed_bench_reports_both_graphs(bucketed):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "runtime.embed_bench", "--model", str(bucketed[0]), "--runs", "3",
+                           "--text", QUESTION], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "runtime's choice embed_1x8 (1x8)" in proc.stdout
+    assert "main graph 4x32: median" in proc.stdout and "over 3" in proc.stdout and "load average" in proc.stdout
