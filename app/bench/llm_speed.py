@@ -6,8 +6,9 @@
 Runs are interleaved (A/B/A/B) so a machine that gets busier or quieter during the benchmark
 affects every system alike. With `background_load` N, N busy-looping processes (app.bench.load)
 run beside every system's run, started just before it and stopped just after it: how each system
-copes with a CPU it shares. Every run records the load average before and after it. A peer that is not installed, has no model, or fails gets a row that
-says so; only hexrag itself failing stops the command.
+copes with a CPU it shares. Every run records the load average before and after it. A peer that
+is not installed, has no model, or fails gets a row that says so; only hexrag itself failing
+stops the command.
 """
 
 from __future__ import annotations

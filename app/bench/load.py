@@ -1,7 +1,8 @@
 """A fixed CPU hog for `hexrag bench llm --background-load N`: N busy-looping processes.
 
 Started before one system's run and stopped (killed and reaped) right after it, so every system
-is measured beside the same hog and the table can say how each one copes with a shared CPU. Each
+is measured beside the same hog and the table can say how each one copes with a shared CPU. The
+hogs run at the benchmark's own priority (they inherit its nice value). Each
 hog also ends by itself when the process that started it goes away, so a benchmark killed halfway
 leaves none spinning.
 """
