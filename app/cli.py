@@ -54,6 +54,16 @@ def main(verbose: bool) -> None:
 
     Every option also reads an environment variable: HEXRAG_<COMMAND>_<OPTION>, e.g.
     HEXRAG_GENERATE_BACKEND=htp.
+
+    \b
+    Files live in one home, $HEXRAG_HOME (default: the per-user data directory,
+    e.g. ~/.local/share/hexrag on Linux):
+      models/<name>/   the models `hexrag quickstart` builds, used by serve, ask, chat,
+                       search, ingest and eval unless --llm/--embedder say otherwise
+      kb/              the default knowledge base
+      cache/weights/   downloaded weight packages
+    HEXRAG_LLM, HEXRAG_EMBEDDER, HEXRAG_KB (directories) and HEXRAG_CACHE (the cache,
+    weights under it) override one place each.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
 
@@ -424,9 +434,11 @@ def serve(**options) -> None:
 
 # ---- quick start ------------------------------------------------------------------------
 @main.command()
-@click.option("--models-dir", default="models", show_default=True, type=click.Path(path_type=Path),
-              help="Where built model directories live.")
-@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@click.option("--models-dir", type=click.Path(path_type=Path),
+              help="Where to build the model directories (default: $HEXRAG_HOME/models, where every command "
+                   "looks for them).")
+@click.option("--kb", type=click.Path(path_type=Path),
+              help="Knowledge-base directory (default: $HEXRAG_HOME/kb).  [env HEXRAG_KB]")
 @click.option("--question", default="The tyre pressure warning light is on. What should I do?", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--no-serve", is_flag=True, help="Answer the sample question and exit instead of serving.")
@@ -434,7 +446,7 @@ def serve(**options) -> None:
                                            "lean on the extractive fallback).")
 @_backend
 @_friendly
-def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_serve: bool, tiny: bool,
+def quickstart(models_dir: Path | None, kb: Path | None, question: str, port: int, no_serve: bool, tiny: bool,
                backend: str) -> None:
     """Fetch + build the default models, ingest the sample KB (each once), answer, then serve."""
     from app.assistant import Assistant, citation_lines
@@ -444,7 +456,8 @@ def quickstart(models_dir: Path, kb: Path | None, question: str, port: int, no_s
     key, why = choose_llm(backend, tiny)
     click.echo(f"hexrag: answer model {key} ({why})", err=True)
     llm_dir, embedder_dir = ensure_default_models(models_dir, backend, key)
-    settings = Settings(llm=llm_dir, embedder=embedder_dir, kb=kb, backend=backend, port=port)
+    click.echo(f"hexrag: models {llm_dir} and {embedder_dir}", err=True)
+    settings = Settings(llm=llm_dir, embedder=embedder_dir, backend=backend, port=port, **({"kb": kb} if kb else {}))
     assistant = Assistant(settings)
     ensure_sample_kb(assistant.kb)
     click.echo(f"> {question}")

@@ -6,8 +6,9 @@ become `error: ...` and exit code 1 (app.cli_common). app/cli.py registers them 
     from app.cli_knowledge import KNOWLEDGE_COMMANDS
     for command in KNOWLEDGE_COMMANDS: main.add_command(command)
 
-The KB location is --kb, else $HEXRAG_KB, else <user data dir>/hexrag/kb; the embedder is
---embedder, else $HEXRAG_EMBEDDER, else models/all-minilm-l6-v2 (built by `hexrag quickstart`).
+The KB location is --kb, else $HEXRAG_KB, else $HEXRAG_HOME/kb; the embedder is --embedder, else
+$HEXRAG_EMBEDDER, else $HEXRAG_HOME/models/all-minilm-l6-v2 (built by `hexrag quickstart`); the
+environment is read by models.home, through knowledge.paths.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from knowledge.errors import KnowledgeError
 from knowledge.ingest import MAX_FILE_BYTES
 
 
-_kb = click.option("--kb", "kb_dir", type=click.Path(file_okay=False, path_type=Path), envvar="HEXRAG_KB",
-                   help="Knowledge-base directory [env HEXRAG_KB; default: <user data dir>/hexrag/kb].")
+_kb = click.option("--kb", "kb_dir", type=click.Path(file_okay=False, path_type=Path),
+                   help="Knowledge-base directory [env HEXRAG_KB; default: $HEXRAG_HOME/kb].")
 _embedder = click.option("--embedder", "embedder_dir", type=click.Path(file_okay=False, path_type=Path),
-                         envvar="HEXRAG_EMBEDDER",
-                         help="Embedder model directory [env HEXRAG_EMBEDDER; default: models/all-minilm-l6-v2].")
+                         help="Embedder model directory [env HEXRAG_EMBEDDER; default: "
+                              "$HEXRAG_HOME/models/all-minilm-l6-v2].")
 _backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
                         help="Where the embedder runs.")
 _json = click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 from build_scripts.build import build_embedder, build_llm
 from knowledge import KnowledgeBase
+from models import home
 from models.contract import contract_mismatch
 from models.manifest import ManifestError, load_manifest
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LLM = "qwen2.5-coder-1.5b-instruct"  # the mission's model class: answers in English and Chinese
-TINY_LLM = "smollm2-135m-instruct"  # CI, low-memory machines and the HTP simulator
-DEFAULT_EMBEDDER = "all-minilm-l6-v2"
+# the 1.5B: the mission's model class, answers in English and Chinese; the tiny preset: CI,
+# low-memory machines and the HTP simulator
+DEFAULT_LLM, TINY_LLM = home.DEFAULT_LLMS
+DEFAULT_EMBEDDER = home.DEFAULT_EMBEDDER
 # the 1.5B int4 CPU build peaks at 2.2 GB RSS (docs/benchmarks.md) and its build reads the 1.1 GB
 # GGUF: below this much memory the tiny preset is the one that runs
 MIN_MEMORY_FOR_DEFAULT = 6 * 1024**3
@@ -43,31 +46,45 @@ def _ready(model_dir: Path, quant: str = "none") -> bool:
         m = load_manifest(model_dir)  # verifies every file's sha256
     except ManifestError as e:
         if model_dir.exists():
-            log.info("rebuilding %s: %s", model_dir, e)
+            log.info("not reusing %s: %s", model_dir, e)
         return False
     if m.quantization.get("recipe", "none") != quant:
-        log.info("rebuilding %s: it is a %s build, %s is wanted", model_dir, m.quantization.get("recipe"), quant)
+        log.info("not reusing %s: it is a %s build, %s is wanted", model_dir, m.quantization.get("recipe"), quant)
         return False
     stale = contract_mismatch(m) if m.kind == "llm" else None
     if stale:
-        log.info("rebuilding %s: %s", model_dir, stale)
+        log.info("not reusing %s: %s", model_dir, stale)
         return False
     return True
 
 
-def ensure_default_models(models_dir: Path, backend: str = "cpu", llm: str = DEFAULT_LLM) -> tuple[Path, Path]:
+def _ensure(name: str, models_dir: Path | None, quant: str, build: Callable[[Path], None]) -> Path:
+    """An existing build of `name` that fits, else a new one: in `models_dir`, or by default in the
+    hexrag home (where an earlier version's build in a checkout's ./models is reused too)."""
+    found = models_dir / name if models_dir is not None else home.model_dir(name)
+    if _ready(found, quant):
+        return found
+    out = (models_dir if models_dir is not None else home.models_dir()) / name
+    build(out)
+    return out
+
+
+def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu",
+                          llm: str = DEFAULT_LLM) -> tuple[Path, Path]:
     """The CPU backend gets the int4 CPU target (GGUF blocks kept exactly, the fast build); HTP
     gets the float graphs (fp16 on the NPU) in a directory of their own."""
     quant, context = ("int4", 2048) if backend == "cpu" else ("none", 1024)
-    llm_dir = models_dir / (llm if backend == "cpu" else f"{llm}-float")
-    embedder_dir = models_dir / DEFAULT_EMBEDDER
-    if not _ready(llm_dir, quant):
-        log.info("building %s (%s, context %d, prefill 128 and 32) ...", llm, quant, context)
-        build_llm(llm, llm_dir, context=context, prefill=(128, 32), quant=quant)
-    if not _ready(embedder_dir):
-        log.info("building %s (batch 8, 128 tokens) ...", DEFAULT_EMBEDDER)
-        build_embedder(DEFAULT_EMBEDDER, embedder_dir, batch=8, seq=128)
-    return llm_dir, embedder_dir
+
+    def make_llm(out: Path) -> None:
+        log.info("building %s into %s (%s, context %d, prefill 128 and 32) ...", llm, out, quant, context)
+        build_llm(llm, out, context=context, prefill=(128, 32), quant=quant)
+
+    def make_embedder(out: Path) -> None:
+        log.info("building %s into %s (batch 8, 128 tokens) ...", DEFAULT_EMBEDDER, out)
+        build_embedder(DEFAULT_EMBEDDER, out, batch=8, seq=128)
+
+    llm_dir = _ensure(llm if backend == "cpu" else f"{llm}-float", models_dir, quant, make_llm)
+    return llm_dir, _ensure(DEFAULT_EMBEDDER, models_dir, "none", make_embedder)
 
 
 SAMPLES = Path(str(resources.files("knowledge") / "samples"))

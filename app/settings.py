@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from models import home
+
 
 def is_loopback(name: str) -> bool:
     """`localhost` or a loopback address (127.0.0.0/8, ::1)."""
@@ -25,12 +27,11 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
-    # default: the quickstart's build in ./models, the 1.5B where it was built, else the tiny preset
-    llm: Path = Field(default_factory=lambda: next(
-        (p for p in (Path("models/qwen2.5-coder-1.5b-instruct"), Path("models/smollm2-135m-instruct"))
-         if (p / "manifest.json").is_file()), Path("models/qwen2.5-coder-1.5b-instruct")))
-    embedder: Path = Path("models/all-minilm-l6-v2")
-    kb: Path | None = None  # default: the knowledge package's per-user location
+    # defaults: what `hexrag quickstart` built into the hexrag home (models.home): the 1.5B where it
+    # was built, else the tiny preset; the home's KB
+    llm: Path = Field(default_factory=home.llm_dir)
+    embedder: Path = Field(default_factory=home.embedder_dir)
+    kb: Path = Field(default_factory=home.kb_dir)
     # auto: the NPU where this is a Snapdragon device whose SoC the models were built for, else the
     # CPU (app.device.settle decides and says why)
     backend: Literal["cpu", "htp", "auto"] = "cpu"

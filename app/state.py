@@ -55,4 +55,4 @@ class AppState:
 
 
 def _open_kb(settings: Settings, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase.open(settings.kb, embedder)  # None: the per-user default location
+    return KnowledgeBase.open(settings.kb, embedder)

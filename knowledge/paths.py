@@ -1,20 +1,17 @@
-"""Where the KB and the embedder live unless told otherwise (flag > environment > default)."""
+"""Where the KB and the embedder live unless told otherwise (flag > environment > the hexrag home)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import platformdirs
-
-DEFAULT_EMBEDDER_DIR = Path("models/all-minilm-l6-v2")  # built by `hexrag quickstart`
+from models import home
 
 
 def default_kb_dir() -> Path:
-    env = os.environ.get("HEXRAG_KB")
-    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("hexrag")) / "kb"
+    """$HEXRAG_KB, else <hexrag home>/kb."""
+    return home.kb_dir()
 
 
 def default_embedder_dir() -> Path:
-    env = os.environ.get("HEXRAG_EMBEDDER")
-    return Path(env).expanduser() if env else DEFAULT_EMBEDDER_DIR
+    """$HEXRAG_EMBEDDER, else the embedder `hexrag quickstart` built into <hexrag home>/models."""
+    return home.embedder_dir()

@@ -126,7 +126,8 @@ def load_manifest(directory: str | Path, verify: bool = True) -> Manifest:
     directory = Path(directory)
     path = directory / MANIFEST
     if not path.is_file():
-        raise ManifestError(f"{directory} is not a hexrag model directory (no {MANIFEST}); build it with `hexrag build`")
+        raise ManifestError(f"{directory} is not a hexrag model directory (no {MANIFEST}); build it with "
+                             "`hexrag build` (`hexrag quickstart` builds the default models)")
     try:
         manifest = Manifest.model_validate(json.loads(path.read_text()))
     except (json.JSONDecodeError, ValidationError) as e:

@@ -20,8 +20,9 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, llm: Path | None, embedder: Path | None, kb: Path | None, log: Path,
-                 command: list[str] | None = None, **settings):
-        """`command`: what starts the server instead of `hexrag serve --llm --embedder --kb` (it gets `--port`)."""
+                 command: list[str] | None = None, cwd: Path | None = None, **settings):
+        """`command`: what starts the server instead of `hexrag serve --llm --embedder --kb` (it gets `--port`);
+        `cwd`: the directory it runs in."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "HEXRAG_THREADS": "1"}
@@ -30,7 +31,7 @@ class Server:
             sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--llm", str(llm),
             "--embedder", str(embedder), "--kb", str(kb)]
         self._log = open(log, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         self.log_path = log
 
     def wait_ready(self, timeout: float = 300) -> dict:  # loading takes ~20 s; minutes on a busy machine
