@@ -38,6 +38,7 @@ from runtime.errors import RuntimeModelError
 BUNDLE_FILE = "bundle.json"
 CHECKSUMS = "SHA256SUMS"
 DATA_DIR = "data"  # written on the device; outside the checksums
+KB_SEED = "kb.seed"  # in data/: the sha256 of the bundle's kb.sqlite that data/kb was copied from
 # never part of what was exported: the device's own state, a virtualenv made inside the bundle, bytecode
 UNLISTED_OK = (DATA_DIR + "/", ".venv/")
 LLM_DIR, EMBEDDER_DIR, KB_DIR, SRC_DIR = "models/llm", "models/embedder", "kb", "src"
@@ -207,10 +208,7 @@ def verify_bundle(bundle: Path) -> BundleSpec:
     sums_file = bundle / CHECKSUMS
     if not sums_file.is_file():
         raise BundleError(f"{bundle} is not a hexrag bundle (no {CHECKSUMS}); make one with `hexrag export bundle`")
-    listed = {}
-    for line in sums_file.read_text().splitlines():
-        digest, _, rel = line.partition("  ")
-        listed[rel] = digest
+    listed = _listed(bundle)
     for rel, digest in listed.items():
         path = bundle / rel
         if not path.is_file():
@@ -224,6 +222,15 @@ def verify_bundle(bundle: Path) -> BundleSpec:
         return BundleSpec.model_validate_json((bundle / BUNDLE_FILE).read_text())
     except (OSError, ValidationError) as e:
         raise BundleError(f"{bundle}/{BUNDLE_FILE} is unreadable ({str(e).splitlines()[0]})") from None
+
+
+def _listed(bundle: Path) -> dict[str, str]:
+    """SHA256SUMS as {relative path: sha256}."""
+    listed = {}
+    for line in (bundle / CHECKSUMS).read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        listed[rel] = digest
+    return listed
 
 
 def bundle_settings(bundle: Path, settings: Settings, *, machine: str | None = None, sysfs: Path = SOC0,
@@ -259,11 +266,18 @@ def bundle_settings(bundle: Path, settings: Settings, *, machine: str | None = N
 
 def _working_kb(bundle: Path, spec: BundleSpec) -> Path:
     """The KB the server writes to: a copy of the bundle's own, made on first start, so that the
-    checksummed seed never changes."""
-    work = bundle / DATA_DIR / "kb"
+    checksummed seed never changes. A newer bundle copied over this one (rsync, adb push) keeps
+    data/, so the copy remembers which seed it came from: serving the old copy would hide the new KB."""
+    work, mark = bundle / DATA_DIR / "kb", bundle / DATA_DIR / KB_SEED
+    seed = _listed(bundle)[f"{spec.kb}/kb.sqlite"]
     if not work.is_dir():
         shutil.copytree(bundle / spec.kb, work.parent / ".kb.partial", dirs_exist_ok=True)
+        mark.write_text(seed + "\n")  # before the rename: a copy in place always has its mark
         (work.parent / ".kb.partial").rename(work)
+    elif not mark.is_file() or mark.read_text().strip() != seed:
+        raise BundleError(f"{work} was copied from another knowledge base than this bundle's {spec.kb}/ (a newer "
+                          f"bundle was copied over an older one): move {bundle / DATA_DIR} aside to start from "
+                          f"this bundle's KB (documents uploaded here are in its kb/uploads)")
     return work
 
 
@@ -318,5 +332,6 @@ python3 -m venv .venv && .venv/bin/pip install -r requirements.txt
 ```
 
 Every file is listed in `SHA256SUMS`; the server refuses to start when one is missing, altered or
-unlisted. The knowledge base it writes to lives in `data/kb` (made from `kb/` on the first start).
+unlisted. The knowledge base it writes to lives in `data/kb` (made from `kb/` on the first start; after a
+newer bundle with another `kb/` is copied over this folder, move `data/` aside to start from the new KB).
 """

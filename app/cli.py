@@ -167,6 +167,10 @@ _calib_options = [
                  help="Calibration text for w8a16/w4a16: files or directories (.md .txt .jsonl .json); "
                       "default the knowledge-base samples + chat prompts. Repeatable."),
     click.option("--calib-samples", type=int, default=64, show_default=True, help="Calibration texts to use."),
+    # the check decodes every held-out text through both graphs on the CPU: about an hour for
+    # SmolLM2-135M on 2 busy cores, so a build for a device can bound or skip it
+    click.option("--eval-samples", type=click.IntRange(min=0), default=None,
+                 help="Held-out texts for the accuracy check against the float graphs (default all; 0 skips it)."),
 ]
 
 
@@ -177,7 +181,7 @@ def _calib(f):
 
 
 def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samples: int,
-                     targets: tuple[str, ...] = ()) -> None:
+                     targets: tuple[str, ...] = (), eval_samples: int | None = None) -> None:
     """`build(dir)` makes the float model; a PTQ recipe (adjusted to the HTP targets) then quantizes
     it into `out` (the float build lives in a scratch directory next to it, so a failure leaves
     `out` as it was)."""
@@ -199,7 +203,8 @@ def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samp
     float_dir = out.parent / f".{out.name}.float"
     try:
         build(float_dir)
-        quantize_model_dir(float_dir, recipe, calib=list(calib) or None, samples=samples, out=out)
+        quantize_model_dir(float_dir, recipe, calib=list(calib) or None, samples=samples, out=out,
+                           evaluate=eval_samples != 0, eval_samples=eval_samples)
     finally:
         shutil.rmtree(float_dir, ignore_errors=True)
 
@@ -224,7 +229,8 @@ def _check_cpu_quant(quant: str, targets: tuple[str, ...]) -> None:
 @_part_option
 @_friendly
 def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str | None, quant: str,
-                  calib: tuple[Path, ...], calib_samples: int, targets, variant, part_budget) -> None:
+                  calib: tuple[Path, ...], calib_samples: int, eval_samples: int | None, targets, variant,
+                  part_budget) -> None:
     """Build a decoder LLM (llama / qwen2) into prefill + decode graphs."""
     from build_scripts.build import build_llm
 
@@ -232,7 +238,7 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
     graph_quant = quant if quant in _CPU_QUANT else "none"
     _build_quantized(lambda d: build_llm(weights, d, context=context, prefill=_sizes(prefill), name=name or out.name,
                                          quant=graph_quant),
-                     out, "none" if quant in _CPU_QUANT else quant, calib, calib_samples, targets)
+                     out, "none" if quant in _CPU_QUANT else quant, calib, calib_samples, targets, eval_samples)
     m = load_manifest(out)
     click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(dict.fromkeys(g.file for g in m.graphs))} "
                f"in {out}")
@@ -266,7 +272,8 @@ def _shape(value: str) -> tuple[int, int] | None:
 @_variant_option
 @_friendly
 def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, query_shape: str, name: str | None,
-                       quant: str, calib: tuple[Path, ...], calib_samples: int, targets, variant) -> None:
+                       quant: str, calib: tuple[Path, ...], calib_samples: int, eval_samples: int | None, targets,
+                       variant) -> None:
     """Build a BERT sentence embedder into a [B, L] graph with pooling (+ a small query bucket)."""
     from build_scripts.build import build_embedder
 
@@ -274,7 +281,7 @@ def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, query_shap
         raise click.UsageError(f"--quant {quant} is for LLMs; an embedder takes none, w8a16, w4a16 or a recipe file")
     query = _shape(query_shape)
     _build_quantized(lambda d: build_embedder(weights, d, batch=batch, seq=seq, name=name or out.name, query=query),
-                     out, quant, calib, calib_samples, targets)
+                     out, quant, calib, calib_samples, targets, eval_samples)
     m = load_manifest(out)
     click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(g.file for g in m.graphs)} in {out}")
     _compile(out, targets, variant)

@@ -167,3 +167,34 @@ def test_bundle_for_another_soc_is_refused(bundle, device_models, tmp_path):
     export_bundle(device_models["llama"], device_models["bert"], device_models["kb"], "sm8650", lean)
     proc = _cli("serve", "--bundle", lean)
     assert proc.returncode == 1 and "--cpu-fallback" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_newer_bundle_copied_over_an_older_one_does_not_serve_the_old_kb(bundle, device_models, tmp_path):
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+
+    work = tmp_path / "device"
+    shutil.copytree(bundle, work)
+    settings, _ = bundle_settings(work, Settings(backend="cpu"))  # first start: data/kb copied from kb/
+    assert settings.kb == work.resolve() / "data/kb" and (work / "data/kb/kb.sqlite").is_file()
+    # the next export has one more document; copied over the old folder the way rsync or adb push does
+    kb2 = tmp_path / "kb2"
+    shutil.copytree(device_models["kb"], kb2)
+    (tmp_path / "wipers.md").write_text("# Wipers\n\nThe wipers park when the car is switched off.\n")
+    kb = KnowledgeBase.open(kb2, Embedder(device_models["bert"]))
+    kb.ingest([tmp_path / "wipers.md"], progress=False)
+    kb.close()
+    newer = tmp_path / "newer"
+    export_bundle(device_models["llama"], device_models["bert"], kb2, "sm8650", newer, cpu_fallback=True)
+    shutil.copytree(newer, work, dirs_exist_ok=True)
+    with pytest.raises(BundleError, match="copied from another knowledge base"):
+        bundle_settings(work, Settings(backend="cpu"))
+    proc = _cli("serve", "--bundle", work, "--backend", "cpu")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
+    assert "copied from another knowledge base than this bundle's kb/" in proc.stderr and "move" in proc.stderr
+    # moved aside: the next start copies the newer KB
+    (work / "data").rename(tmp_path / "old-data")
+    settings, _ = bundle_settings(work, Settings(backend="cpu"))
+    kb = KnowledgeBase.open(settings.kb, Embedder(device_models["bert"]))
+    assert any(d.source.endswith("wipers.md") for d in kb.list_documents())
+    kb.close()
