@@ -38,7 +38,7 @@ def _echo_json(value) -> None:
 # ---- bench ------------------------------------------------------------------------------
 @click.group()
 def bench() -> None:
-    """Speed side by side with llama.cpp and ONNX Runtime GenAI; NPU build metrics."""
+    """Speed side by side with llama.cpp and ONNX Runtime GenAI; NPU build metrics; soak and faults."""
 
 
 @bench.command("llm")

@@ -31,9 +31,9 @@ def test_soak_short_run(tiny_builds, soak_kb, tmp_path):
     before = read_disk_state(soak_kb, load_index=False)
     questions = tmp_path / "questions.txt"  # short: the tiny model's context is 64 tokens
     questions.write_text("tyres?\nwipers\ncharging?\nhi\n")
-    # four clients against a queue of one, every answer from the model (random tiny-model retrieval
-    # would refuse without it): some requests must be turned away with a 429
-    options = SoakOptions(llm=tiny_builds["llama"], embedder=tiny_builds["bert"], kb=soak_kb, clients=4, minutes=0.08,
+    # six clients whose first requests arrive together at a queue of one, every answer from the model
+    # (random tiny-model retrieval would refuse without it): some must be turned away with a 429
+    options = SoakOptions(llm=tiny_builds["llama"], embedder=tiny_builds["bert"], kb=soak_kb, clients=6, minutes=0.05,
                           max_tokens=12, rag=False, questions=questions, max_queue=1, upload_files=8, idle_s=0.5,
                           kill_trials=2, kill_files=4, nice=0, threads=1, work_dir=tmp_path / "work")
     report = run_soak(options)
@@ -54,7 +54,8 @@ def test_soak_short_run(tiny_builds, soak_kb, tmp_path):
         for t in kills.trials:
             assert t.restart_ok and t.counts_agree and t.check_ok and t.same_hits
     final = read_disk_state(tmp_path / "work" / "kb")
-    assert final.agree and final.documents == before.documents + 8 + 4 + 4  # the sample, the upload, two folders
+    assert final.agree and not final.temp_files  # the next write removed what the killed writes left
+    assert final.documents == before.documents + 8 + 4 + 4  # the sample, the upload, two folders
     assert read_disk_state(soak_kb, load_index=False) == before  # the given KB was only copied
 
     text = format_report(report)

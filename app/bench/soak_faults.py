@@ -115,13 +115,18 @@ def _temp_name(point: str, pid: int) -> str:
     return f".{name}.{pid}.tmp"
 
 
-def _kill_at(proc: subprocess.Popen, point: str, at_s: float, watch: _CreateWatch,
-             busy: Callable[[], bool] = lambda: True) -> float | None:
+def _kill_at(proc: subprocess.Popen, point: str, share: float, window_s: float, watch: _CreateWatch,
+             busy: Callable[[], bool] = lambda: True, begun: Callable[[], bool] = lambda: True) -> float | None:
     """SIGKILL the victim at its aimed-at point: seconds after the call, or None when it ended (or,
-    per `busy`, finished its work) first."""
+    per `busy`, finished its work) first. A random kill waits until the work has `begun`, then lands
+    `share` of the way through what is left of `window_s` (the same work's uninterrupted duration)."""
     started = time.perf_counter()
     alive = lambda: proc.poll() is None and busy()  # noqa: E731
     if point == "random":
+        while alive() and not begun():
+            time.sleep(0.01)
+        begun_s = time.perf_counter() - started
+        at_s = begun_s + share * max(0.5, window_s - begun_s)
         while alive() and time.perf_counter() - started < at_s:
             time.sleep(0.002)
     elif not watch.wait(_temp_name(point, proc.pid), alive):
@@ -189,8 +194,9 @@ def _differences(got: Hits, want: Hits, where: str) -> list[str]:
     return [f"{where}: top hits differ for {len(bad)} of {len(want)} queries (first: {bad[0]!r})"] if bad else []
 
 
-def _after_start(kb_dir: Path, embedder, problems: list[str]) -> tuple[str | None, bool, bool]:
-    """Open the KB as the next process would; (rebuild reason, counts agree, check passed)."""
+def _after_start(kb_dir: Path, embedder, problems: list[str], settled: bool = False) -> tuple[str | None, bool, bool]:
+    """Open the KB as the next process would; (rebuild reason, counts agree, check passed). `settled`:
+    the work was done again since the kill, so no killed write may have left a temporary file."""
     with KnowledgeBase.open(kb_dir, embedder) as kb:
         rebuilt, check = kb.last_rebuild_reason, kb.check()
     state = read_disk_state(kb_dir)
@@ -198,6 +204,8 @@ def _after_start(kb_dir: Path, embedder, problems: list[str]) -> tuple[str | Non
         problems.append(f"counts disagree after the next start: {state.counts()} ({state.index_error or 'index ok'})")
     if not check.ok:
         problems.append(f"check failed: {'; '.join(check.problems)}")
+    if settled and state.temp_files:
+        problems.append(f"temporary files of killed index writes left: {', '.join(state.temp_files)}")
     return rebuilt, state.agree, check.ok
 
 
@@ -207,7 +215,12 @@ class _Reader(threading.Thread):
     def __init__(self, url: str, queries: list[str]):
         super().__init__(daemon=True)
         self.url, self.queries, self.errors = url, queries, 0
+        self.first_error: str | None = None
         self.stop = threading.Event()
+
+    def _failed(self, what: str) -> None:
+        self.errors += 1
+        self.first_error = self.first_error or what
 
     def run(self) -> None:
         n = 0
@@ -215,9 +228,10 @@ class _Reader(threading.Thread):
             try:
                 r = httpx.post(self.url + "/v1/knowledge/search", json={"query": self.queries[n % len(self.queries)],
                                                                         "k": K, "mode": "hybrid"}, timeout=30)
-                self.errors += r.status_code != 200
-            except httpx.HTTPError:
-                self.errors += 1
+                if r.status_code != 200:
+                    self._failed(f"{r.status_code} {r.text[:120]}")
+            except httpx.HTTPError as e:
+                self._failed(f"{type(e).__name__}: {e}")
             n += 1
             self.stop.wait(0.2)
 
@@ -261,7 +275,8 @@ def ingest_kill_trials(kb_dir: Path, folder: Path, work: Path, embedder, embedde
                 watch = _CreateWatch(kb_dir)
                 try:
                     proc = subprocess.Popen(_ingest_cmd(folder, kb_dir, embedder_dir), stdout=log, stderr=log)
-                    at = _kill_at(proc, point, rng.uniform(0.3, 1.0) * reference_s, watch)
+                    committed = lambda: read_disk_state(kb_dir, load_index=False).documents > before  # noqa: E731
+                    at = _kill_at(proc, point, rng.random(), reference_s, watch, begun=committed)
                 finally:
                     watch.close()
                 if at is not None:
@@ -274,19 +289,19 @@ def ingest_kill_trials(kb_dir: Path, folder: Path, work: Path, embedder, embedde
             if at is None:
                 raise RuntimeError(f"ingest trial {n}: {MAX_ATTEMPTS} kills aimed at the {point} all missed")
             at_kill = read_disk_state(kb_dir)
+            landed = _landed(kb_dir, proc.pid, at_kill.documents - before, len(files))  # before the next start cleans up
             problems: list[str] = []
             rebuilt, _, _ = _after_start(kb_dir, embedder, problems)
             resumed = subprocess.run(_ingest_cmd(folder, kb_dir, embedder_dir), capture_output=True, text=True)
             if resumed.returncode != 0:
                 problems.append(f"the resumed ingest failed ({resumed.returncode}): {resumed.stderr.strip()[-300:]}")
-            _, agree, check_ok = _after_start(kb_dir, embedder, problems)
+            _, agree, check_ok = _after_start(kb_dir, embedder, problems, settled=True)
             problems += _differences(library_hits(kb_dir, embedder, queries), want, "library")
             problems += _differences(server_hits(server_url, queries), want, "server")
             if reader.errors:
-                problems.append(f"{reader.errors} server reads failed during the trial")
-            trial = KillTrial(n=n, aimed_at=point, landed=_landed(kb_dir, proc.pid, at_kill.documents - before, len(files)),
-                              at_s=at, attempts=attempt, at_kill=at_kill.counts(), at_kill_agree=at_kill.agree,
-                              rebuilt=rebuilt, restart_ok=resumed.returncode == 0, counts_agree=agree,
+                problems.append(f"{reader.errors} server reads failed during the trial (first: {reader.first_error})")
+            trial = KillTrial(n=n, aimed_at=point, landed=landed, at_s=at, attempts=attempt, at_kill=at_kill.counts(),
+                              at_kill_agree=at_kill.agree, rebuilt=rebuilt, restart_ok=resumed.returncode == 0, counts_agree=agree,
                               check_ok=check_ok, same_hits=not any("top hits" in p for p in problems),
                               server_errors=reader.errors, problems=problems)
             out.append(trial)
@@ -361,7 +376,7 @@ def server_kill_trials(server: Server, start_server: Callable[[], Server], kb_di
             try:
                 uploader = _Uploader(server.url, files)
                 uploader.start()
-                at = _kill_at(server.proc, point, rng.uniform(0.0, 1.0) * reference_s, watch, uploader.is_alive)
+                at = _kill_at(server.proc, point, rng.random(), reference_s, watch, busy=uploader.is_alive)
             finally:
                 watch.close()
             uploader.join()
@@ -385,7 +400,7 @@ def server_kill_trials(server: Server, start_server: Callable[[], Server], kb_di
         except (RuntimeError, TimeoutError) as e:
             restart_ok = False
             problems.append(f"the restarted server did not take the uploads: {str(e)[-300:]}")
-        rebuilt, agree, check_ok = _after_start(kb_dir, embedder, problems)
+        rebuilt, agree, check_ok = _after_start(kb_dir, embedder, problems, settled=restart_ok)
         problems += _differences(library_hits(kb_dir, embedder, queries), want, "library")
         if restart_ok:
             problems += _differences(server_hits(server.url, queries), want, "server")

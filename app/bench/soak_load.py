@@ -8,6 +8,7 @@ including a connection that ends early, is a broken stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -228,36 +229,42 @@ async def _sample_rss(pid: int, interval_s: float, out: list[tuple[float, int]],
             pass
 
 
-async def _client(url: str, n: int, clients: int, questions: list[str], deadline: float, max_tokens: int | None,
-                  rag: bool, outcomes: list[StreamOutcome]) -> None:
-    """One user asking question after question; after a 429/503 it waits as Retry-After says."""
-    async with httpx.AsyncClient(base_url=url, timeout=STREAM_TIMEOUT) as client:
-        k = n
-        while time.perf_counter() < deadline:
-            body = {"model": "hexrag", "rag": rag, "messages": [{"role": "user", "content": questions[k % len(questions)]}]}
-            if max_tokens is not None:
-                body["max_tokens"] = max_tokens
-            k += clients
-            outcome = await stream_chat(client, body)
-            outcomes.append(outcome)
-            if outcome.status != 200:
-                wait = float(outcome.retry_after) if (outcome.retry_after or "").isdigit() else 1.0
-                await asyncio.sleep(max(0.0, min(wait, deadline - time.perf_counter())))
+async def _client(client: httpx.AsyncClient, n: int, clients: int, questions: list[str], deadline: float,
+                  max_tokens: int | None, rag: bool, outcomes: list[StreamOutcome]) -> None:
+    """One user asking question after question (at least one); after a 429/503 it waits as
+    Retry-After says."""
+    k = n
+    while True:
+        body = {"model": "hexrag", "rag": rag, "messages": [{"role": "user", "content": questions[k % len(questions)]}]}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        k += clients
+        outcome = await stream_chat(client, body)
+        outcomes.append(outcome)
+        if time.perf_counter() >= deadline:
+            return
+        if outcome.status != 200:
+            wait = float(outcome.retry_after) if (outcome.retry_after or "").isdigit() else 1.0
+            await asyncio.sleep(max(0.0, min(wait, deadline - time.perf_counter())))
 
 
 async def run_clients(url: str, server_pid: int, clients: int, seconds: float, questions: list[str],
                       max_tokens: int | None, rag: bool = True) -> LoadReport:
+    """The clients' connections are opened first, so their first requests arrive together."""
     outcomes: list[StreamOutcome] = []
     samples: list[tuple[float, int]] = []
     interval = min(2.0, max(0.2, seconds / 100))
-    stop = asyncio.Event()
-    sampler = asyncio.create_task(_sample_rss(server_pid, interval, samples, stop))
-    deadline = time.perf_counter() + seconds
-    started = time.perf_counter()
-    await asyncio.gather(*(_client(url, n, clients, questions, deadline, max_tokens, rag, outcomes)
-                           for n in range(clients)))
-    stop.set()
-    await sampler
+    async with contextlib.AsyncExitStack() as stack:
+        pool = [await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=STREAM_TIMEOUT))
+                for _ in range(clients)]
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(_sample_rss(server_pid, interval, samples, stop))
+        started = time.perf_counter()
+        deadline = started + seconds
+        await asyncio.gather(*(_client(client, n, clients, questions, deadline, max_tokens, rag, outcomes)
+                               for n, client in enumerate(pool)))
+        stop.set()
+        await sampler
     return LoadReport(clients=clients, seconds=time.perf_counter() - started, streams=StreamStats.of(outcomes),
                       rss=rss_drift(samples, interval))
 
