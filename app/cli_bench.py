@@ -1,4 +1,4 @@
-"""Measurement commands: `hexrag bench llm|build|genai-model` and `hexrag eval --all` (+ `eval retrieval`).
+"""Measurement commands: `hexrag bench llm|build|genai-model|soak` and `hexrag eval --all` (+ `eval retrieval`).
 
 Each command calls one function of app.bench and prints its result; typed errors become
 `error: ...` and exit code 1 (app.cli_common). app/cli.py registers BENCH_COMMANDS on `main`.
@@ -38,7 +38,7 @@ def _echo_json(value) -> None:
 # ---- bench ------------------------------------------------------------------------------
 @click.group()
 def bench() -> None:
-    """Speed side by side with llama.cpp and ONNX Runtime GenAI; NPU build metrics."""
+    """Speed side by side with llama.cpp and ONNX Runtime GenAI; NPU build metrics; soak and faults."""
 
 
 @bench.command("llm")
@@ -105,6 +105,41 @@ def bench_genai_model(model_dir, out, python, precision) -> None:
     from app.bench.genai_export import build_genai_model
 
     click.echo(f"built {build_genai_model(model_dir, out, python, precision)}")
+
+
+@bench.command("soak")
+@click.option("--llm", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="LLM model directory the server loads.")
+@click.option("--embedder", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Embedder model directory.")
+@click.option("--kb", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Knowledge base to start from (copied; never written).")
+@click.option("--clients", default=8, show_default=True, help="Concurrent streaming chat clients.")
+@click.option("--minutes", default=10.0, show_default=True, help="How long the clients run.")
+@click.option("--max-tokens", type=int, help="max_tokens of the clients' requests (default: the server's).")
+@click.option("--questions", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="The clients' questions: one a line, or JSONL with `question` (default: the sample questions).")
+@click.option("--rag/--no-rag", default=True, show_default=True,
+              help="The clients' answers come from the KB (--no-rag: plain chat; every request runs the model).")
+@click.option("--max-queue", type=int, help="The server's --max-queue (default: its own).")
+@click.option("--upload-files", default=100, show_default=True,
+              help="Files in the upload during which /health is probed.")
+@click.option("--kill-trials", default=20, show_default=True, help="SIGKILL trials of each kind (0: none).")
+@click.option("--kill-files", default=8, show_default=True, help="Files each killed ingest or upload works on.")
+@click.option("--nice", default=5, show_default=True, help="Niceness of the server process.")
+@click.option("--threads", type=int, help="The server's CPU threads (default: its own).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the generated files and the kill moments.")
+@click.option("--work-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Keep the KB copies, generated files and server log here (default: a temp folder, removed).")
+@click.option("--fuzz", is_flag=True, help="Also run the schemathesis API test (source checkout) and report its line.")
+@_json
+@_friendly
+def bench_soak(as_json, **options) -> None:
+    """Soak and faults on a real server: streaming clients, /health under a large upload, SIGKILL trials."""
+    from app.bench.soak import SoakOptions, format_report, run_soak
+
+    report = run_soak(SoakOptions(**options), progress=lambda line: click.echo(line, err=True))
+    click.echo(report.model_dump_json(indent=2) if as_json else format_report(report))
 
 
 # ---- eval -------------------------------------------------------------------------------

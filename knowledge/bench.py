@@ -109,7 +109,9 @@ def sentence(rng: np.random.Generator, chinese: bool) -> str:
     return " ".join(rng.choice(VOCAB, 14, p=VOCAB_P)).capitalize() + "."
 
 
-def write_corpus(root: Path, files: int, seed: int = 0) -> None:
+def write_corpus(root: Path, files: int, seed: int = 0, prefix: str = "chapter") -> list[Path]:
+    """`files` generated Markdown chapters (<prefix>NNNN.md), every fifth in Chinese; the same seed
+    writes the same text."""
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)
     for i in range(files):
@@ -117,7 +119,8 @@ def write_corpus(root: Path, files: int, seed: int = 0) -> None:
         for s in range(4):
             parts.append(f"## Section {s}")
             parts += [" ".join(sentence(rng, i % 5 == 0) for _ in range(4)) for _ in range(3)]
-        (root / f"chapter{i:04d}.md").write_text("\n\n".join(parts) + "\n")
+        (root / f"{prefix}{i:04d}.md").write_text("\n\n".join(parts) + "\n")
+    return sorted(root.glob(f"{prefix}*.md"))
 
 
 # ---- 1. ingest throughput ----------------------------------------------------------------------

@@ -148,7 +148,9 @@ class SyncedIndex:
             if on_disk <= self.generation:
                 self._write()
 
-    def _write(self) -> None:
+    def _write(self) -> None:  # (under the lock)
+        if stale := vindex.remove_stale_temp_files(self.path):
+            log.info("removed %s, left by an index write that was killed", ", ".join(stale))
         vindex.save_index(self.index, self.path, self.model or "", self.generation)
         self.dirty = False
 

@@ -364,7 +364,7 @@ class KnowledgeBase:
             raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
         if k <= 0 or not query.strip():
             return []
-        with self._lock:
+        with self._lock, self.store.reading():  # one commit throughout, whatever other processes write
             doc_ids = self._document_filter(sources, document)
             if doc_ids == []:
                 return []

@@ -216,6 +216,22 @@ class Store:
             raise
         conn.execute("COMMIT")
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One read transaction: every statement inside sees the same commit, whatever other processes
+        commit meanwhile (WAL snapshot isolation). A search must not take a chunk id from FTS and then
+        miss its row because a delete committed in between."""
+        conn = self.db.conn
+        if conn.in_transaction:  # inside this process's own write: it sees its own rows already
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")  # nothing was written: this only ends the snapshot
+
     def replace_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> WriteResult:
         """Write one document version atomically."""
         conn = self.db.conn

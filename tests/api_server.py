@@ -1,69 +1,17 @@
-"""A real `hexrag serve` process on a free loopback port, for API and browser tests."""
+"""A real `hexrag serve` process on a free loopback port, for API and browser tests (app.bench.server,
+with one CPU thread per server so the suite's servers share two cores)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
+from app.bench.server import Server as _Server
+from app.bench.server import free_port
+
+__all__ = ["Server", "free_port"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(_Server):
     def __init__(self, llm: Path | None, embedder: Path | None, kb: Path | None, log: Path,
                  command: list[str] | None = None, cwd: Path | None = None, **settings):
-        """`command`: what starts the server instead of `hexrag serve --llm --embedder --kb` (it gets `--port`);
-        `cwd`: the directory it runs in."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "HEXRAG_THREADS": "1"}
-        env.update({f"HEXRAG_{k.upper()}": str(v) for k, v in settings.items()})
-        args = [*command, "--port", str(self.port)] if command else [
-            sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--llm", str(llm),
-            "--embedder", str(embedder), "--kb", str(kb)]
-        self._log = open(log, "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-        self.log_path = log
-
-    def wait_ready(self, timeout: float = 300) -> dict:  # loading takes ~20 s; minutes on a busy machine
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                r = httpx.get(self.url + "/health", timeout=2)
-                if r.status_code == 200:
-                    return r.json()
-                if r.json().get("status") == "error":
-                    raise RuntimeError(f"server failed to load: {r.json()}")
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError(f"server not ready: {self.log_path.read_text()[-2000:]}")
-
-    def wait_job(self, job: dict, timeout: float = 180) -> dict:
-        """Poll an upload's ingest job until it has finished."""
-        deadline = time.monotonic() + timeout
-        while job["status"] in ("queued", "running"):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ingest job still {job['status']}: {job}")
-            time.sleep(0.1)
-            job = httpx.get(f"{self.url}/v1/knowledge/jobs/{job['id']}", timeout=10).json()
-        return job
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
+        super().__init__(llm, embedder, kb, log, command, cwd=cwd, **{"threads": 1, **settings})

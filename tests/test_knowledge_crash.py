@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from knowledge import KnowledgeBase
+from knowledge.disk import read_disk_state
 from runtime.embedder import Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,19 +31,6 @@ def write_folder(root: Path) -> None:
         (root / f"doc{i:03d}.md").write_text(f"# Document {i}\n\n## Part\n\n" + "\n\n".join(paragraphs) + "\n")
 
 
-def committed_documents(db: Path) -> int:
-    if not db.exists():
-        return 0
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        try:
-            return con.execute("SELECT count(*) FROM documents").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.OperationalError:  # schema not created yet, or busy
-        return 0
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_sigkill_during_ingest_then_resume(tmp_path, tiny_builds):
     folder, kb_dir = tmp_path / "docs", tmp_path / "kb"
@@ -51,7 +38,7 @@ def test_sigkill_during_ingest_then_resume(tmp_path, tiny_builds):
     proc = subprocess.Popen([sys.executable, "-c", INGEST, str(kb_dir), str(tiny_builds["bert"]), str(folder)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while committed_documents(kb_dir / "kb.sqlite") < 20:
+    while read_disk_state(kb_dir, load_index=False).documents < 20:
         assert proc.poll() is None, proc.stderr.read().decode()
         assert time.monotonic() < deadline, "ingest made no progress"
         time.sleep(0.01)

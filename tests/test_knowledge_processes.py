@@ -3,8 +3,6 @@ request, and no writer ever saves a vector index that lacks another writer's vec
 
 from __future__ import annotations
 
-import json
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ import httpx
 import pytest
 
 from knowledge import KnowledgeBase
+from knowledge.disk import read_disk_state
 from runtime.embedder import Embedder
 from tests.api_server import Server
 
@@ -38,13 +37,9 @@ def body(name: str) -> str:
 
 def on_disk(kb_dir: Path) -> tuple[int, int]:
     """(vectors in the saved FAISS index per its sidecar, chunks in SQLite), read independently."""
-    sidecar = json.loads((kb_dir / "index.json").read_text())
-    con = sqlite3.connect(kb_dir / "kb.sqlite")
-    try:
-        chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    finally:
-        con.close()
-    return sidecar["count"], chunks
+    state = read_disk_state(kb_dir)
+    assert state.index_error is None, state.index_error
+    return state.index_count, state.chunks
 
 
 def dense_names(kb: KnowledgeBase, query: str) -> list[str]:
@@ -142,3 +137,30 @@ def test_freshness_check_is_one_lookup(tmp_path, tiny_builds, cached):
         reader.store.db.conn.set_trace_callback(None)
     reads = [s for s in statements if "embeddings" in s]
     assert (reads == []) if cached else any("chunk_id >" in s for s in reads), statements
+
+
+def test_search_reads_one_commit_while_another_process_deletes(tmp_path, tiny_builds, monkeypatch):
+    """A delete that another writer commits between a search's FTS query and its reads of the chunks
+    (a server searching while `hexrag kb delete` or an ingest runs) does not break the search: it
+    answers from the commit it started on, and the next search sees the delete."""
+    import knowledge.kb as kb_module
+
+    docs, kb_dir = tmp_path / "docs", tmp_path / "kb"
+    embedder = Embedder(tiny_builds["bert"])
+    with KnowledgeBase.open(kb_dir, embedder) as writer, KnowledgeBase.open(kb_dir, embedder) as reader:
+        for name in TEXTS:
+            writer.ingest(write(docs, name), progress=False)
+        bm25 = kb_module.search_bm25
+        deleted = []
+
+        def racing(store, *args):
+            hits = bm25(store, *args)
+            if store is reader.store and not deleted:
+                deleted.append(writer.delete("tyres.md"))
+            return hits
+
+        monkeypatch.setattr(kb_module, "search_bm25", racing)
+        assert reader.search("winter tyres tread depth", k=4, mode="bm25")[0].name == "tyres.md"
+        assert deleted
+        assert "tyres.md" not in [h.name for h in reader.search("winter tyres tread depth", k=4, mode="bm25")]
+        assert reader.check().ok

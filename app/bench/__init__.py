@@ -9,4 +9,8 @@ with a regression baseline. The app stage may import every other stage, so this 
     report.py         `hexrag eval --all`: retrieval, quantization, answers, RAG TTFT, speed ratios
     quick.py          the tiny random-weight models quick mode builds for itself
     baseline.py       which report metrics are gated, and the comparison against a baseline
+    soak.py           `hexrag bench soak`: streaming clients, /health under an upload, SIGKILL trials
+    soak_load.py      streaming clients judged by their wire format, RSS drift, /health probes
+    soak_faults.py    SIGKILL of `hexrag ingest` and of the server, and the consistency checks after
+    server.py         a real `hexrag serve` process on a free loopback port (also the tests' server)
 """

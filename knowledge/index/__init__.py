@@ -92,6 +92,16 @@ def save_index(index: VectorIndex, path: Path, model_id: str, generation: int) -
     return sidecar
 
 
+def remove_stale_temp_files(path: Path) -> list[str]:
+    """Delete the temporary files of index writes that were killed before their rename
+    (`.index.faiss.<pid>.tmp`, `.index.json.<pid>.tmp`). Only for a caller that holds the index
+    lock: no other write can be under way then, so every such file is an orphan."""
+    stale = sorted(path.parent.glob(f".{path.stem}.*.tmp"))
+    for file in stale:
+        file.unlink(missing_ok=True)
+    return [file.name for file in stale]
+
+
 def read_sidecar(path: Path) -> dict[str, Any]:
     try:
         sidecar = json.loads(sidecar_path(path).read_text())
@@ -120,4 +130,4 @@ def load_index(path: Path, sidecar: dict[str, Any]) -> VectorIndex:
 
 
 __all__ = ["AUTO_HNSW_THRESHOLD", "INDEX_CHOICES", "IndexFileError", "KINDS", "VectorIndex", "build_index",
-           "ids_checksum", "load_index", "read_sidecar", "resolve_kind", "save_index"]
+           "ids_checksum", "load_index", "read_sidecar", "remove_stale_temp_files", "resolve_kind", "save_index"]
