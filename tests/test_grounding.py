@@ -256,3 +256,16 @@ def test_a_part_the_model_left_out_is_said_in_the_passages_words():
 def test_an_answer_to_every_part_is_left_as_the_model_said_it():
     said = "You can drive up to 200 km, at up to 80 km/h."
     assert _two_part_answer(said) == said
+
+
+def test_the_sentence_for_a_part_is_one_that_states_what_the_part_asks():
+    from functools import partial
+
+    from app.answer.extractive import best_sentence
+
+    towing = ("With a trailer attached, the trailer is shown on the display. The maximum vertical load on the tow "
+              "ball is 75 kg. Do not exceed 100 km/h, or lower local limits, when towing.")
+    part = "when I've got an actual trailer on, what's the fastest I should go?"
+    assert best_sentence(part, towing, keep=partial(answers_kind, part)) == (
+        "Do not exceed 100 km/h, or lower local limits, when towing.")
+    assert best_sentence(part, "The trailer is shown on the display.", keep=partial(answers_kind, part)) == ""

@@ -47,10 +47,12 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
     return "".join(sentences[i].strip() + ("" if _cjk_end(sentences[i]) else " ") for i in sorted(chosen)).strip()
 
 
-def best_sentence(question: str, passage: str, similarity: Similarity | None = None) -> str:
-    """The one sentence of `passage` that best answers `question`, verbatim."""
-    sentences = [s for s in split_sentences(passage.strip()) if s.strip()]
-    return sentences[_ranked(question, sentences, similarity)[0][0]].strip() if sentences else ""
+def best_sentence(question: str, passage: str, similarity: Similarity | None = None,
+                  keep: Callable[[str], bool] = bool) -> str:
+    """The one sentence of `passage` that best answers `question` among those `keep` accepts,
+    verbatim; "" when there is none."""
+    sentences = [s.strip() for s in split_sentences(passage.strip()) if s.strip() and keep(s.strip())]
+    return sentences[_ranked(question, sentences, similarity)[0][0]] if sentences else ""
 
 
 def _ranked(question: str, sentences: list[str], similarity: Similarity | None) -> list[tuple[int, float]]:

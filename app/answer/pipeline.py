@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -188,16 +189,16 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
 
 def _supplement(question: str, asked: list[str], passages: list[Passage], similarity) -> list[tuple[str, str]]:
     """For each part that asks for a kind of value (a number in km/h, a phone number, an amount),
-    the best sentence of the first passage about the question that states one. No gate on words the
+    the best of the sentences that state one, from the first passage about the question that has one. No gate on words the
     KB lacks here: these are said only after the model's own verified answer drew on the passages."""
     out = []
     about = [p for p in passages if on_topic(question, f"{p.title}\n{p.body}")]
     for part in asked:
         if answers_kind(part, ""):
             continue  # "does it ever give up on its own?": no way to tell whether an answer covers it
-        sentence = next((s for s in (best_sentence(part, p.body, similarity) for p in about) if answers_kind(part, s)),
-                        None)
-        if sentence is not None:
+        states = partial(answers_kind, part)
+        sentence = next((s for s in (best_sentence(part, p.body, similarity, keep=states) for p in about) if s), "")
+        if sentence:
             out.append((part, sentence))
     return out
 
