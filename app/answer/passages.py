@@ -30,10 +30,10 @@ FAQ_LEAD, FAQ_LEAD_SHARE = 0.05, 0.8
 MAX_PASSAGES = 3
 
 INSTRUCTIONS = (
-    "You are a car's built-in assistant. Answer the driver's question using only the facts in the passages, in "
-    "short, complete sentences: one for each thing the driver asks. Write numbers, units, phone numbers and menu "
-    "names exactly as the passages write them. Do not mention the passages. If the passages do not say what the "
-    "driver asks, reply only: I don't know. Answer in the language of the question."
+    "You are a car's built-in assistant. Answer the driver's question in one or two short, complete sentences, "
+    "using only the facts in the passages. Write numbers, units, phone numbers and menu names exactly as the "
+    "passages write them. Do not mention the passages. If the passages do not contain the answer, reply only: "
+    "I don't know. Answer in the language of the question."
 )
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 

@@ -161,7 +161,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         plan.refusal = "no passage fits the context"
         return done()
     words = content_words(question)
-    unknown = _unknown_words(kb, words, plan.passages)
+    unknown = _unknown_words(kb, content_words(question, topic_only=True), plan.passages)
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     if len(unknown) * 3 >= len(words):
@@ -208,7 +208,7 @@ def _states_phone(hit) -> bool:
 
 
 def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[str, str]:
-    """The question's words (`content_words`: English words of four letters or more, Chinese words)
+    """The question's topic words (English words of four letters or more, Chinese nouns)
     that no passage and no chunk of the KB contains: what the KB cannot speak about."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t: word for t, word in words.items()

@@ -77,14 +77,16 @@ def _zh_topic(tag: str) -> bool:
     return tag.startswith("n") or tag in ("vn", "j", "eng")
 
 
-def content_words(text: str) -> dict[str, str]:
-    """The question's topic words as a reader splits them: English term stems (as `term_words`) and
-    Chinese nouns from a segmenter. Bigrams suit matching, but as *words* they are wrong half the
-    time ("车在路上" gives "车在" and "在路"), so what a KB lacks is asked of whole words."""
+def content_words(text: str, topic_only: bool = False) -> dict[str, str]:
+    """The question's words as a reader splits them: English term stems (as `term_words`) and
+    Chinese words from a segmenter (only the nouns with `topic_only`). Bigrams suit matching, but as
+    *words* they are wrong half the time ("车在路上" gives "车在" and "在路"), so what a KB lacks is
+    asked of whole words."""
     text = normalize(text).lower()
     out = _english_terms(text)
     for run in _CJK_RUN.findall(text):
-        out.update({w: w for w, tag in rjieba.tag(run) if len(w) >= 2 and w not in _ZH_ASKING and _zh_topic(tag)})
+        out.update({w: w for w, tag in rjieba.tag(run)
+                    if len(w) >= 2 and w not in _ZH_ASKING and (_zh_topic(tag) or not topic_only)})
     return out
 
 
