@@ -7,7 +7,7 @@ import pytest
 from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts
 from app.answer.passages import select
-from app.answer.question import answers_kind, meant, on_topic
+from app.answer.question import answers_kind, meant, on_topic, parts
 from app.answer.relevance import content_words
 from app.answer.verify import Verifier
 from knowledge.retrieval import Hit
@@ -149,8 +149,36 @@ def test_a_chinese_quote_states_the_kind_of_value_asked(question, quote, ok):
 
 
 def test_chinese_question_words_are_whole_words():
-    words = set(content_words("车在路上抛锚了，打哪个电话？"))
-    assert {"抛锚", "电话"} <= words and not {"车在", "在路", "锚了"} & words  # no bigrams across words
+    words = set(content_words("车在路上抛锚了，打哪个救援电话？"))
+    assert {"救援", "电话"} <= words and not {"车在", "在路", "锚了"} & words  # no bigrams across words
+
+
+def test_chinese_topic_words_are_nouns_not_the_drivers_verbs():
+    # a KB that says 跟车距离 … 档 answers "能调几档" though it never writes 能调
+    assert set(content_words("跟车距离那个键一共能调几档？", topic_only=True)) == {"跟车", "距离"}
+    assert {"座椅", "通风"} <= set(content_words("夏天太热了，座椅通风在哪儿开啊？", topic_only=True))
+    assert "能调" in content_words("跟车距离那个键一共能调几档？")  # a word of the question all the same
+
+
+@pytest.mark.parametrize("question, asked", [
+    ("I just used the goo kit on a flat tyre. How far can I drive on it now and how fast?",
+     ["I just used the goo kit on a flat tyre. How far can I drive on it now", "how fast?"]),
+    ("When does the coolant get replaced? How many years or kilometres?",
+     ["When does the coolant get replaced?", "How many years or kilometres?"]),
+    ("Why does it say lane assist isn't available? I'm driving through town at fifty.",
+     ["Why does it say lane assist isn't available?"]),  # the second sentence asks nothing
+    ("How heavy a trailer can it pull, with brakes and without?", ["How heavy a trailer can it pull, with brakes and without?"]),
+    ("刹车油该加哪个型号的？多长时间得换一次？", ["刹车油该加哪个型号的？", "多长时间得换一次？"]),
+])
+def test_a_question_asking_several_things_has_parts(question, asked):
+    assert parts(question) == asked
+
+
+def test_a_two_part_question_quotes_a_sentence_for_each_part():
+    passage = ("Use the sealant kit only for small punctures. After sealing, drive no further than 200 km. "
+               "Do not exceed 80 km/h until the tyre is replaced. The kit is under the boot floor.")
+    quote = extract_answer("How far can I drive after the goo kit, and how fast can I go?", passage)
+    assert "200 km" in quote and "80 km/h" in quote and "boot floor" not in quote
 
 
 def _hit(entry: str, text: str, dense: float, bm25: float) -> Hit:
@@ -177,3 +205,68 @@ def test_a_denial_needs_a_source_that_denies():
     assert verifier.check("It switches off automatically after 15 minutes.").ok
     assert verifier.check("No, you do not need to remove the maintenance cover.").ok  # the passage denies it too
     assert Verifier([FAST_ZH]).check("不需要三十六小时，大约需要 30 分钟。").ok is False  # a number still fails
+
+
+class _ScriptedLLM:
+    """Says a fixed answer word by word, as the runtime's LLM streams it."""
+
+    def __init__(self, answer: str):
+        self.answer = answer
+
+    def generate(self, prompt_ids, max_new_tokens, sampling, stop, cancel):
+        from runtime.llm import Delta, GenerationResult
+
+        class Gen:
+            result = None
+
+            def __iter__(gen):
+                words = self.answer.split(" ")
+                for i, w in enumerate(words):
+                    yield Delta(i, w if i == 0 else " " + w)
+                gen.result = GenerationResult(list(range(len(words))), self.answer, "stop", 10, 0, 0.1, 0.1, 0.1)
+
+        return Gen()
+
+
+SEALANT = ("Use the sealant kit only for small punctures. After sealing, drive no further than 200 km. "
+           "Drive at up to 80 km/h until the tyre is replaced.")
+
+
+def _two_part_answer(model_says: str) -> str:
+    from app.answer.pipeline import AnswerPlan, GroundedGeneration
+    from app.answer.passages import Passage
+    from runtime.sampling import SamplingParams
+
+    question = "I just used the goo kit. How far can I drive on it now, and how fast?"
+    hit = _hit("puncture-repair-kit", "How do I use the puncture kit?\n" + SEALANT, 0.6, 8.0)
+    plan = AnswerPlan(question, "en", voice=False, grounded=True, prompt_ids=[1, 2, 3], max_tokens=64,
+                      passages=[Passage.of(1, hit)],
+                      supplement=[("How far can I drive on it now", "After sealing, drive no further than 200 km."),
+                                  ("how fast?", "Drive at up to 80 km/h until the tyre is replaced.")])
+    gen = GroundedGeneration(_ScriptedLLM(model_says), plan, SamplingParams(temperature=0.0))
+    text = "".join(gen)
+    assert gen.result.grounding.decision == "answered"
+    return text
+
+
+def test_a_part_the_model_left_out_is_said_in_the_passages_words():
+    assert _two_part_answer("You can drive up to 200 km.") == (
+        "You can drive up to 200 km. Drive at up to 80 km/h until the tyre is replaced.")
+
+
+def test_an_answer_to_every_part_is_left_as_the_model_said_it():
+    said = "You can drive up to 200 km, at up to 80 km/h."
+    assert _two_part_answer(said) == said
+
+
+def test_the_sentence_for_a_part_is_one_that_states_what_the_part_asks():
+    from functools import partial
+
+    from app.answer.extractive import best_sentence
+
+    towing = ("With a trailer attached, the trailer is shown on the display. The maximum vertical load on the tow "
+              "ball is 75 kg. Do not exceed 100 km/h, or lower local limits, when towing.")
+    part = "when I've got an actual trailer on, what's the fastest I should go?"
+    assert best_sentence(part, towing, keep=partial(answers_kind, part)) == (
+        "Do not exceed 100 km/h, or lower local limits, when towing.")
+    assert best_sentence(part, "The trailer is shown on the display.", keep=partial(answers_kind, part)) == ""

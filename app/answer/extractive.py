@@ -2,7 +2,7 @@
 
 Authored KB text is the safest thing a car can say. The sentences that share most of the question's
 terms are chosen (a sentence with a number wins ties when the question asks for a quantity), at most
-two, kept in the passage's order; a safety sentence of the same passage ("never", "do not") goes
+two or one for each thing the question asks, kept in the passage's order; a safety sentence of the same passage ("never", "do not") goes
 with them, because a driver who hears only half of a safety instruction is worse off than one who
 hears none.
 """
@@ -13,48 +13,67 @@ import re
 from collections.abc import Callable
 
 from app.answer.facts import extract_facts, states_phone, states_quantity
-from app.answer.question import asks_phone, asks_quantity
+from app.answer.question import asks_phone, asks_quantity, parts, unit_of, wanted_units
 from app.answer.relevance import coverage, terms
 from app.answer.sentences import split_sentences
 
 MAX_SENTENCES = 2
+MAX_PARTS = 3  # a spoken answer to more than three questions at once is too long to follow
 Similarity = Callable[[str, list[str]], list[float]]
 _SAFETY = re.compile(r"\b(?:never|do not|don't|must not|always|warning|danger)\b|切勿|不要|禁止|务必|必须", re.I)
 
 
 def extract_answer(question: str, passage: str, similarity: Similarity | None = None,
                    max_sentences: int = MAX_SENTENCES) -> str:
-    """The best sentences of `passage` for `question`, verbatim, in passage order.
+    """The best sentences of `passage` for `question`, verbatim, in passage order; for a question
+    asking several things (`parts`), the best sentence for each of them.
 
     `similarity(question, sentences)` (the embedder's cosines, when it reads the question) adds
     meaning to the shared-terms score: "every day" finds "for daily driving"."""
     sentences = [s for s in split_sentences(passage.strip()) if s.strip()]
     if not sentences:
         return ""
-    quantity = asks_quantity(question)
+    asked = parts(question)
+    if len(asked) > 1:
+        chosen = {_ranked(part, sentences, similarity)[0][0] for part in asked[:MAX_PARTS]}
+    else:
+        ranked = _ranked(question, sentences, similarity)
+        best = ranked[0][1]
+        chosen = {ranked[0][0]} | {i for i, v in ranked[1:max_sentences] if v >= 0.6 * best and v > 0}
     wanted = terms(question)
+    safety = next((i for i in range(len(sentences)) if _SAFETY.search(sentences[i]) and i not in chosen), None)
+    if safety is not None and terms(sentences[safety]) & wanted:
+        chosen.add(safety)
+    return "".join(sentences[i].strip() + ("" if _cjk_end(sentences[i]) else " ") for i in sorted(chosen)).strip()
+
+
+def best_sentence(question: str, passage: str, similarity: Similarity | None = None,
+                  keep: Callable[[str], bool] = bool) -> str:
+    """The one sentence of `passage` that best answers `question` among those `keep` accepts,
+    verbatim; "" when there is none."""
+    sentences = [s.strip() for s in split_sentences(passage.strip()) if s.strip() and keep(s.strip())]
+    return sentences[_ranked(question, sentences, similarity)[0][0]] if sentences else ""
+
+
+def _ranked(question: str, sentences: list[str], similarity: Similarity | None) -> list[tuple[int, float]]:
+    """(sentence index, score) best first: shared terms plus meaning, a bonus for stating the kind
+    of fact asked for; earlier sentences win ties, since FAQ answers lead with the point."""
+    quantity, phone, wanted = asks_quantity(question), asks_phone(question), terms(question)
+    units = wanted_units(question)
     cosines = similarity(question, [s.strip() for s in sentences]) if similarity else [0.0] * len(sentences)
-    phone = asks_phone(question)
 
     def score(i: int) -> float:
         s, facts = sentences[i], extract_facts(sentences[i])
         value = (coverage(question, s) if wanted else 0.0) + cosines[i]
         if quantity and states_quantity(facts):
             value += 0.25
+        if units and any(unit_of(f) in units for f in facts):  # "how fast": the speed, not the distance
+            value += 0.25
         if phone and states_phone(facts):
             value += 0.5
-        return value - 0.01 * i  # earlier sentences win ties: FAQ answers lead with the point
+        return value - 0.01 * i
 
-    ranked = sorted(range(len(sentences)), key=score, reverse=True)
-    best = score(ranked[0])
-    chosen = {ranked[0]}
-    for i in ranked[1:max_sentences]:
-        if score(i) >= 0.6 * best and score(i) > 0:
-            chosen.add(i)
-    safety = next((i for i in range(len(sentences)) if _SAFETY.search(sentences[i]) and i not in chosen), None)
-    if safety is not None and terms(sentences[safety]) & wanted:
-        chosen.add(safety)
-    return "".join(sentences[i].strip() + ("" if _cjk_end(sentences[i]) else " ") for i in sorted(chosen)).strip()
+    return sorted(((i, score(i)) for i in range(len(sentences))), key=lambda pair: pair[1], reverse=True)
 
 
 def _cjk_end(sentence: str) -> bool:

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from app.answer.extractive import extract_answer
+from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone, states_quantity
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
                                  with_passages)
-from app.answer.question import answers_kind, asks_phone, asks_quantity, meant, on_topic
+from app.answer.question import answers_kind, asks_phone, asks_quantity, meant, on_topic, parts
 from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier
@@ -58,6 +59,10 @@ class AnswerPlan:
     extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
     refusal: str | None = None  # set when the answer is "I don't know" without asking the model
     missing_topic: set[str] = field(default_factory=set)  # the question's topic, when the whole KB never names it
+    # for a question asking several things: (part, a passage sentence answering it), said after the
+    # model's answer when that states nothing of the kind the part asks for ("how far and how fast?"
+    # answered with the distance only)
+    supplement: list[tuple[str, str]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -156,20 +161,24 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         plan.refusal = "no passage fits the context"
         return done()
     words = content_words(question)
-    unknown = _unknown_words(kb, words, plan.passages)
+    unknown = _unknown_words(kb, content_words(question, topic_only=True), plan.passages)
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     if len(unknown) * 3 >= len(words):
         plan.missing_topic = set(unknown)
     # a quote speaks the KB's own words with its authority: none when the question names anything the
     # KB never does (a roof box is not the tow ball's load); the model may still answer around it
+    similarity = _similarity(kb) if readable else None
     if not unknown:
         best = plan.passages[0]
-        quote = extract_answer(question, best.body, _similarity(kb) if readable else None)
+        quote = extract_answer(question, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
         # value asked for: a faithful quote of the wrong entry is still a wrong answer
         if on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote):
             plan.extractive = quote
+    asked = parts(question)
+    if len(asked) > 1:
+        plan.supplement = _supplement(question, asked, plan.passages, similarity)
     prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
     plan.prompt_ids = llm.encode_chat(prompt)
     if len(plan.prompt_ids) >= llm.context:
@@ -178,12 +187,28 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     return done()
 
 
+def _supplement(question: str, asked: list[str], passages: list[Passage], similarity) -> list[tuple[str, str]]:
+    """For each part that asks for a kind of value (a number in km/h, a phone number, an amount),
+    the best of the sentences that state one, from the first passage about the question that has one. No gate on words the
+    KB lacks here: these are said only after the model's own verified answer drew on the passages."""
+    out = []
+    about = [p for p in passages if on_topic(question, f"{p.title}\n{p.body}")]
+    for part in asked:
+        if answers_kind(part, ""):
+            continue  # "does it ever give up on its own?": no way to tell whether an answer covers it
+        states = partial(answers_kind, part)
+        sentence = next((s for s in (best_sentence(part, p.body, similarity, keep=states) for p in about) if s), "")
+        if sentence:
+            out.append((part, sentence))
+    return out
+
+
 def _states_phone(hit) -> bool:
     return states_phone(extract_facts(hit.text))
 
 
 def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[str, str]:
-    """The question's words (`content_words`: English words of four letters or more, Chinese words)
+    """The question's topic words (English words of four letters or more, Chinese nouns)
     that no passage and no chunk of the KB contains: what the KB cannot speak about."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t: word for t, word in words.items()
@@ -302,6 +327,7 @@ class GroundedGeneration:
         self._timings["prefill_ms"] = round(result.prefill_s * 1000, 1)
         self._timings["first_token_ms"] = round(result.ttft_s * 1000, 1)
         if released:
+            released += yield from self._complete(released, verifier)
             reason = "every stated fact is in the passages" + (
                 "; the answer was cut before a sentence the passages do not support" if verdict else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
@@ -323,6 +349,21 @@ class GroundedGeneration:
                 [verifier.check(plan.extractive)], unsupported))
         yield from self._emit(plan.dont_know())
         return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
+
+    def _complete(self, released: list[Check], verifier: Verifier):
+        """The parts of a several-part question the model's answer left out, in the passages' words:
+        for each part the answer states nothing of the kind it asks for, its passage sentence."""
+        answer = " ".join(c.text for c in released)
+        added = []
+        for part, sentence in self.plan.supplement:
+            if answers_kind(part, answer) or sentence in answer:
+                continue
+            added.append(verifier.check(sentence))
+            answer += " " + sentence
+            if not self._sep and not self._pieces[-1].endswith(("。", "！", "？")):
+                self._sep = " "  # the model's last sentence ended the stream without a space
+            yield from self._emit(sentence)
+        return added
 
     def _plain(self):
         """No knowledge base: the model's text as it comes (voice still sentence by sentence)."""

@@ -40,6 +40,23 @@ def meant(question: str) -> str:
     return question
 
 
+# a question ends at "?"; a second one may follow a comma and "and" ("how fast, and how far ...?")
+_QUESTION_END = re.compile(r"(?<=[?？])\s*")
+_WH = r"what|what's|how|where|which|when|who|why|is|are|does|do|can|should|will|at what"
+_AND_ASKS = re.compile(rf",?\s+(?:and|or|oh and|also)\s+(?=(?:{_WH})\b)", re.I)
+_ASKS = re.compile(rf"[?？]|\b(?:{_WH})\b|吗|呢|多少|多久|几|什么|怎么|哪", re.I)
+
+
+def parts(question: str) -> list[str]:
+    """The questions a driver asks in one breath, in order: "How far can I drive on it now and how
+    fast?" asks two things, and an answer that states one of them is half an answer. A sentence
+    that asks nothing ("I'm just pottering through town.") is context, not a part."""
+    out = []
+    for sentence in _QUESTION_END.split(question):
+        out += [p.strip() for p in _AND_ASKS.split(sentence) if p.strip() and _ASKS.search(p)]
+    return out or [question]
+
+
 def asks_quantity(question: str) -> bool:
     return bool(_QUANTITY.search(question))
 
@@ -65,6 +82,27 @@ def on_topic(question: str, passage: str) -> bool:
     return not wanted or bool(wanted & terms(passage))
 
 
+# what "how fast / how far / how heavy / 多久" asks for, when the question names no unit itself
+_IMPLIED_UNITS = ((re.compile(r"\bhow\s+fast\b|\bfastest\b|\bspeed\b|多快", re.I), {"km/h", "mph"}),
+                  (re.compile(r"\bhow\s+far\b|多远", re.I), {"km", "m", "cm", "mm"}),
+                  (re.compile(r"\bhow\s+heavy\b|多重", re.I), {"kg"}),
+                  (re.compile(r"多久|多长时间", re.I), {"s", "min", "h", "day", "week", "month", "year"}))
+
+
+def wanted_units(question: str) -> set[str]:
+    """The units an answer to `question` is in: those it names ("in litres", 多少升) less those it
+    states itself ("is 2,000 kg too much?"), or those its asking words imply ("how fast")."""
+    stated = {f.key.split(" ", 1)[1] for f in extract_facts(question) if " " in f.key}
+    named = named_units(question) - stated
+    if named:
+        return named
+    return set().union(*(units for pattern, units in _IMPLIED_UNITS if pattern.search(question)))
+
+
+def unit_of(fact) -> str | None:
+    return fact.key.split(" ", 1)[1] if " " in fact.key else None
+
+
 def answers_kind(question: str, answer: str) -> bool:
     """Whether an answer states the kind of value the question asks for: a price for "how much does
     it cost" (or that it is free), a phone number when one is asked for, an amount for "how long /
@@ -76,5 +114,5 @@ def answers_kind(question: str, answer: str) -> bool:
         return False
     if _AMOUNT.search(question) and not states_quantity(facts):
         return False
-    units = named_units(question) - {f.key.split(" ", 1)[1] for f in extract_facts(question) if " " in f.key}
-    return not units or any(" " in f.key and f.key.split(" ", 1)[1] in units for f in facts)
+    units = wanted_units(question)
+    return not units or any(unit_of(f) in units for f in facts)

@@ -70,14 +70,23 @@ _ZH_ASKING = set("怎么 怎样 怎么办 多少 多久 多长 多长时间 多�
                  "应该 需要 一下 时候 这个 那个 来着 的话 还是 一共".split())
 
 
-def content_words(text: str) -> dict[str, str]:
+def _zh_topic(tag: str) -> bool:
+    """Nouns, verbal nouns and abbreviations name what a question is about (座椅, 通风, 质保); verbs and
+    particles say what is done with it or how it is asked (能调, 开着, 离开), and a KB that never uses
+    a driver's verb still answers the question."""
+    return tag.startswith("n") or tag in ("vn", "j", "eng")
+
+
+def content_words(text: str, topic_only: bool = False) -> dict[str, str]:
     """The question's words as a reader splits them: English term stems (as `term_words`) and
-    Chinese words from a segmenter. Bigrams suit matching, but as *words* they are wrong half the
-    time ("车在路上" gives "车在" and "在路"), so what a KB lacks is asked of whole words."""
+    Chinese words from a segmenter (only the nouns with `topic_only`). Bigrams suit matching, but as
+    *words* they are wrong half the time ("车在路上" gives "车在" and "在路"), so what a KB lacks is
+    asked of whole words."""
     text = normalize(text).lower()
     out = _english_terms(text)
     for run in _CJK_RUN.findall(text):
-        out.update({w: w for w in rjieba.cut(run) if len(w) >= 2 and w not in _ZH_ASKING})
+        out.update({w: w for w, tag in rjieba.tag(run)
+                    if len(w) >= 2 and w not in _ZH_ASKING and (_zh_topic(tag) or not topic_only)})
     return out
 
 
