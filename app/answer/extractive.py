@@ -2,9 +2,9 @@
 
 Authored KB text is the safest thing a car can say. The sentences that share most of the question's
 terms are chosen (a sentence with a number wins ties when the question asks for a quantity), at most
-two or one for each thing the question asks, kept in the passage's order; a safety sentence of the same passage ("never", "do not") goes
-with them, because a driver who hears only half of a safety instruction is worse off than one who
-hears none.
+two or one for each thing the question asks, kept in the passage's order; a safety sentence of the
+same passage ("never", "do not") goes with them, because a driver who hears only half of a safety
+instruction is worse off than one who hears none.
 """
 
 from __future__ import annotations

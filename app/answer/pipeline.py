@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import threading
 import time
-from functools import partial
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone, states_quantity
@@ -189,8 +189,9 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
 
 def _supplement(question: str, asked: list[str], passages: list[Passage], similarity) -> list[tuple[str, str]]:
     """For each part that asks for a kind of value (a number in km/h, a phone number, an amount),
-    the best of the sentences that state one, from the first passage about the question that has one. No gate on words the
-    KB lacks here: these are said only after the model's own verified answer drew on the passages."""
+    the best of the sentences that state one, from the first passage about the question that has
+    one. No gate on words the KB lacks here: these are said only after the model's own verified
+    answer drew on the passages."""
     out = []
     about = [p for p in passages if on_topic(question, f"{p.title}\n{p.body}")]
     for part in asked:

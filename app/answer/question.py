@@ -89,18 +89,17 @@ _IMPLIED_UNITS = ((re.compile(r"\bhow\s+fast\b|\bfastest\b|\bspeed\b|多快", re
                   (re.compile(r"多久|多长时间", re.I), {"s", "min", "h", "day", "week", "month", "year"}))
 
 
+def unit_of(fact) -> str | None:
+    return fact.key.split(" ", 1)[1] if " " in fact.key else None
+
+
 def wanted_units(question: str) -> set[str]:
     """The units an answer to `question` is in: those it names ("in litres", 多少升) less those it
     states itself ("is 2,000 kg too much?"), or those its asking words imply ("how fast")."""
-    stated = {f.key.split(" ", 1)[1] for f in extract_facts(question) if " " in f.key}
-    named = named_units(question) - stated
+    named = named_units(question) - {unit_of(f) for f in extract_facts(question)}
     if named:
         return named
     return set().union(*(units for pattern, units in _IMPLIED_UNITS if pattern.search(question)))
-
-
-def unit_of(fact) -> str | None:
-    return fact.key.split(" ", 1)[1] if " " in fact.key else None
 
 
 def answers_kind(question: str, answer: str) -> bool:
