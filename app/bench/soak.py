@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from app.bench.errors import BenchError
 from app.bench.report import commit
 from app.bench.server import Server
-from app.bench.soak_faults import KillReport, fault_queries, ingest_kill_trials, server_kill_trials
+from app.bench.soak_faults import KillReport, after, fault_queries, ingest_kill_trials, server_kill_trials
 from app.bench.soak_load import LoadReport, UploadProbeReport, run_clients, run_upload_probe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,7 +254,7 @@ def format_report(r: SoakReport) -> str:
         for t in kills.trials:
             state = "consistent" if t.consistent else "; ".join(t.problems)
             rebuilt = f", rebuilt: {t.rebuilt}" if t.rebuilt else ""
-            lines.append(f"  {t.n:2d} {t.aimed_at:13s} -> {t.landed} at {t.at_s:.2f}s; on disk {t.at_kill}"
+            lines.append(f"  {t.n:2d} {t.aimed_at:13s} -> {t.landed}{after(t.at_s)}; on disk {t.at_kill}"
                          f"{rebuilt}: {state}")
     lines.append(f"\nfuzz: {r.fuzz}")
     lines.append("\ntargets:")

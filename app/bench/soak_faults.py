@@ -36,7 +36,7 @@ from knowledge.disk import DB_FILE, INDEX_FILE, read_disk_state
 
 # where a kill is aimed, in turn: half at random moments, the rest inside the two index-file writes
 KILL_POINTS = ("random", "index-write", "random", "sidecar-write")
-MAX_ATTEMPTS = 4  # a kill aimed at a write the victim finished without is tried again
+MAX_ATTEMPTS = 8  # a kill that missed its aimed-at write is tried again; the last miss is reported as such
 MODES = {"hybrid": -1.0, "dense": -1.0, "bm25": None}  # mode -> min_score (-1: no answerability gate)
 K = 5
 UPLOAD_BATCH = 10  # files per upload request
@@ -47,7 +47,7 @@ class KillTrial(BaseModel):
     n: int
     aimed_at: str  # random | index-write | sidecar-write
     landed: str  # where the kill landed: index-write, sidecar-write or the ingest's progress
-    at_s: float  # seconds after the victim started (ingest) or the first upload was sent (server)
+    at_s: float | None  # None: not killed; seconds after the victim started (ingest) or the first upload was sent (server)
     attempts: int  # kills tried; more than one when the victim finished before the aimed-at write
     at_kill: str  # what the disk held right after the kill
     at_kill_agree: bool  # whether the counts agreed already (a lagging index is caught up at the next start)
@@ -73,7 +73,7 @@ class KillReport(BaseModel):
     consistent: int
     landed_in_index_write: int
     landed_in_sidecar_write: int
-    missed: int  # kills aimed at a write that the victim finished without (tried again)
+    missed: int  # kills that missed the write they were aimed at (tried again)
 
 
 # ---- kill points ------------------------------------------------------------------------------
@@ -138,13 +138,25 @@ def _kill_at(proc: subprocess.Popen, point: str, share: float, window_s: float, 
     return time.perf_counter() - started
 
 
-def _landed(kb_dir: Path, pid: int, committed: int, files: int) -> str:
+def _landed(kb_dir: Path, pid: int, committed: int, files: int, killed: bool = True) -> str:
+    if not killed:
+        return "not killed: the victim finished first"
     for point in ("index-write", "sidecar-write"):
         if (kb_dir / _temp_name(point, pid)).exists():  # a killed writer never removes its temp file
             return point
     if committed == 0:
         return "before the first commit"
     return "after the last commit" if committed >= files else f"mid-ingest ({committed}/{files} documents)"
+
+
+def after(at: float | None) -> str:
+    return "" if at is None else f" after {at:.2f}s"
+
+
+def _on_target(point: str, landed: str) -> bool:
+    """A kill aimed at a write must land inside it: on a loaded machine a small write can finish
+    between the victim creating its temp file and the SIGKILL arriving."""
+    return point == "random" and not landed.startswith("not killed") or landed == point
 
 
 # ---- KB copies and the reference hits ----------------------------------------------------------
@@ -279,17 +291,16 @@ def ingest_kill_trials(kb_dir: Path, folder: Path, work: Path, embedder, embedde
                     at = _kill_at(proc, point, rng.random(), reference_s, watch, begun=committed)
                 finally:
                     watch.close()
-                if at is not None:
+                proc.wait()
+                at_kill = read_disk_state(kb_dir)
+                # before the next start cleans up a killed writer's temp file
+                landed = _landed(kb_dir, proc.pid, at_kill.documents - before, len(files), killed=at is not None)
+                if _on_target(point, landed) or attempt == MAX_ATTEMPTS:
                     break
                 missed += 1
-                proc.wait()
                 _forget(kb_dir, embedder, [str(folder.resolve())])
             reader.stop.set()
             reader.join()
-            if at is None:
-                raise RuntimeError(f"ingest trial {n}: {MAX_ATTEMPTS} kills aimed at the {point} all missed")
-            at_kill = read_disk_state(kb_dir)
-            landed = _landed(kb_dir, proc.pid, at_kill.documents - before, len(files))  # before the next start cleans up
             problems: list[str] = []
             rebuilt, _, _ = _after_start(kb_dir, embedder, problems)
             resumed = subprocess.run(_ingest_cmd(folder, kb_dir, embedder_dir), capture_output=True, text=True)
@@ -305,7 +316,7 @@ def ingest_kill_trials(kb_dir: Path, folder: Path, work: Path, embedder, embedde
                               check_ok=check_ok, same_hits=not any("top hits" in p for p in problems),
                               server_errors=reader.errors, problems=problems)
             out.append(trial)
-            progress(f"ingest kill {n + 1}/{trials}: {trial.landed} after {at:.2f}s: "
+            progress(f"ingest kill {n + 1}/{trials}: {trial.landed}{after(at)}: "
                      f"{'consistent' if trial.consistent else '; '.join(problems)}")
     finally:
         log.close()
@@ -380,14 +391,14 @@ def server_kill_trials(server: Server, start_server: Callable[[], Server], kb_di
             finally:
                 watch.close()
             uploader.join()
-            if at is not None:
+            server.kill()  # reaps it and closes its log (a victim that finished its uploads first ends here)
+            at_kill = read_disk_state(kb_dir)
+            landed = _landed(kb_dir, server.pid, at_kill.documents - before, len(files), killed=at is not None)
+            if _on_target(point, landed) or attempt == MAX_ATTEMPTS:
                 break
             missed += 1
-        if at is None:
-            raise RuntimeError(f"server trial {n}: {MAX_ATTEMPTS} kills aimed at the {point} all missed")
-        server.kill()  # reaps it and closes its log
-        at_kill = read_disk_state(kb_dir)
-        landed = _landed(kb_dir, server.pid, at_kill.documents - before, len(files))
+            server = start_server()  # the next attempt's victim
+            server.wait_ready()
         problems: list[str] = []
         server = start_server()
         try:
@@ -409,7 +420,7 @@ def server_kill_trials(server: Server, start_server: Callable[[], Server], kb_di
                           check_ok=check_ok, same_hits=not any("top hits" in p for p in problems), server_errors=0,
                           problems=problems)
         out.append(trial)
-        progress(f"server kill {n + 1}/{trials}: {trial.landed} after {at:.2f}s: "
+        progress(f"server kill {n + 1}/{trials}: {trial.landed}{after(at)}: "
                  f"{'consistent' if trial.consistent else '; '.join(problems)}")
     return _report("server", len(files), reference_s, len(want), out, missed), server
 
