@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from app.answer.sentences import strip_markdown
+
 VOICE_INSTRUCTIONS = (
     "The driver hears your answer through the car's speakers, so answer in one or two short spoken sentences. "
     "No lists, no headings, no markdown, no emojis."
@@ -42,21 +44,13 @@ _CITED = re.compile(r"\s*\b(?:according to|as (?:stated|mentioned|described) in|
                     r"(?:\[\d+\]|passages?\s*\d+)\s*,?\s*|\s*\((?:see\s+)?\[\d+\]\)|\s*\[\d+\]|"
                     r"\s*\b(?:in\s+)?passages?\s+\d+\s*,?", re.I)
 _PREAMBLE = re.compile(r"^\s*(?:the answer is|answer|here is the answer|sure|答案是|答)\s*[:：,，]\s*", re.I)
-_MARKDOWN = [
-    (re.compile(r"^\s{0,3}#{1,6}\s*(.*?)\s*$", re.M), r"\1."),  # a heading becomes a short sentence
-    (re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M), ""),  # list markers
-    (re.compile(r"(\*\*|__|\*|_|`)(.+?)\1"), r"\2"),  # emphasis / code
-    (re.compile(r"\s*\n+\s*"), " "),
-]
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def speakable(text: str) -> str:
     """Strip markdown, citations and preambles; spell units and group phone digits for reading aloud."""
     lang = "zh" if _CJK.search(text) else "en"
-    for pattern, repl in _MARKDOWN:
-        text = pattern.sub(repl, text)
-    text = _PREAMBLE.sub("", _CITED.sub(" ", text))
+    text = _PREAMBLE.sub("", _CITED.sub(" ", strip_markdown(text)))
     text = _PHONE.sub(lambda m: m.group(0).replace("-", " "), text)
     text = _RANGE_RE.sub(r"\1 到 \2" if lang == "zh" else r"\1 to \2", text)
     if lang == "zh":

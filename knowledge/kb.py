@@ -346,6 +346,15 @@ class KnowledgeBase:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
         return sum(i == unk_id for i in ids) / len(ids) if ids else 0.0
 
+    def section_text(self, hit: Hit) -> str:
+        """The whole section (or FAQ entry) a hit is one chunk of: a long section is indexed in
+        windows, and the sentence that answers may sit in the window next to the one that matched
+        ("Towing a trailer": the weights in one, the speed limit when towing in the next). The hit's
+        own text when the document has changed since the search."""
+        with self._lock, self.store.reading():
+            text = self.store.section_text(hit.document_id, hit.heading, hit.entry_id)
+        return text if hit.text in text else hit.text
+
     def search(self, query: str, k: int = 5, mode: str = "hybrid", sources: str | list[str] | None = None,
                document: int | str | None = None, min_score: float | None = None) -> list[Hit]:
         """The k best places for a query: one chunk per section (or FAQ entry), best first.

@@ -190,6 +190,15 @@ class Store:
     def document_text(self, document_id: int) -> str:
         return self.db.execute("SELECT text FROM documents WHERE id = ?", [document_id]).fetchone()[0]
 
+    def section_text(self, document_id: int, heading: str, entry_id: str | None) -> str:
+        """The document's text from the section's first chunk to its last (chunks are slices of it)."""
+        start, end = self.db.execute("SELECT min(start_char), max(end_char) FROM chunks WHERE document_id = ? "
+                                     "AND heading = ? AND entry_id IS ?", [document_id, heading, entry_id]).fetchone()
+        if start is None:
+            return ""
+        return self.db.execute("SELECT substr(text, ?, ?) FROM documents WHERE id = ?",
+                               [start + 1, end - start, document_id]).fetchone()[0]
+
     def chunk_ids_of(self, document_ids: list[int]) -> np.ndarray:
         if not document_ids:
             return np.zeros(0, np.int64)

@@ -6,7 +6,7 @@ import pytest
 
 from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts
-from app.answer.passages import select
+from app.answer.passages import language, select
 from app.answer.question import answers_kind, meant, on_topic, parts
 from app.answer.relevance import content_words
 from app.answer.verify import Verifier
@@ -232,31 +232,54 @@ SEALANT = ("Use the sealant kit only for small punctures. After sealing, drive n
            "Drive at up to 80 km/h until the tyre is replaced.")
 
 
-def _two_part_answer(model_says: str) -> str:
+def _two_part_answer(model_says: str, question="I just used the goo kit. How far can I drive on it now, and how fast?",
+                     passage=SEALANT, supplement=None, part_quote="") -> tuple[str, str]:
+    """(the answer's text, the grounding decision) for a scripted model answer to a two-part question."""
     from app.answer.pipeline import AnswerPlan, GroundedGeneration
     from app.answer.passages import Passage
     from runtime.sampling import SamplingParams
 
-    question = "I just used the goo kit. How far can I drive on it now, and how fast?"
-    hit = _hit("puncture-repair-kit", "How do I use the puncture kit?\n" + SEALANT, 0.6, 8.0)
-    plan = AnswerPlan(question, "en", voice=False, grounded=True, prompt_ids=[1, 2, 3], max_tokens=64,
-                      passages=[Passage.of(1, hit)],
-                      supplement=[("How far can I drive on it now", "After sealing, drive no further than 200 km."),
-                                  ("how fast?", "Drive at up to 80 km/h until the tyre is replaced.")])
+    hit = _hit("entry", "The question?\n" + passage, 0.6, 8.0)
+    supplement = supplement or [("How far can I drive on it now", "After sealing, drive no further than 200 km."),
+                                ("how fast?", "Drive at up to 80 km/h until the tyre is replaced.")]
+    plan = AnswerPlan(question, language(question), voice=False, grounded=True, prompt_ids=[1, 2, 3], max_tokens=64,
+                      passages=[Passage.of(1, hit)], supplement=supplement, part_quote=part_quote)
     gen = GroundedGeneration(_ScriptedLLM(model_says), plan, SamplingParams(temperature=0.0))
     text = "".join(gen)
-    assert gen.result.grounding.decision == "answered"
-    return text
+    return text, gen.result.grounding.decision
 
 
 def test_a_part_the_model_left_out_is_said_in_the_passages_words():
     assert _two_part_answer("You can drive up to 200 km.") == (
-        "You can drive up to 200 km. Drive at up to 80 km/h until the tyre is replaced.")
+        "You can drive up to 200 km. Drive at up to 80 km/h until the tyre is replaced.", "answered")
 
 
 def test_an_answer_to_every_part_is_left_as_the_model_said_it():
     said = "You can drive up to 200 km, at up to 80 km/h."
-    assert _two_part_answer(said) == said
+    assert _two_part_answer(said) == (said, "answered")
+
+
+def test_a_value_of_the_kind_asked_is_not_every_value_asked():
+    # the step for a short press is a km/h value, but the part asked about holding the button
+    rule = "短按加号或减号每次调整 1 公里每小时，长按每次调整 5 公里每小时。"
+    question = "按一下加号速度能加多少？按住不放又是加多少？"
+    text, decision = _two_part_answer("按一下加号速度能加1公里每小时。", question, rule,
+                                      supplement=[("按住不放又是加多少？", rule)])
+    assert (text, decision) == ("按一下加号速度能加1公里每小时。" + rule, "answered")
+
+
+def test_when_the_model_finds_no_answer_the_sentence_for_each_part_is_said():
+    quote = "After sealing, drive no further than 200 km. Drive at up to 80 km/h until the tyre is replaced."
+    assert _two_part_answer("I don't know.", part_quote=quote) == (quote, "extractive")
+    text, decision = _two_part_answer("I don't know.")  # no sentence for every part: the refusal stands
+    assert decision == "refused" and "don't know" in text
+
+
+def test_a_part_asking_about_a_charge_wants_to_hear_the_price_or_that_it_is_free():
+    assert not answers_kind("这个要收钱吗？", "Aurora 道路救援电话是 800-555-0199。")
+    assert answers_kind("这个要收钱吗？", "自首次上牌起 3 年内救援免费。")
+    assert not answers_kind("And how strong is the strongest setting?", "The strongest setting is High.")
+    assert answers_kind("And how strong is the strongest setting?", "High: strong deceleration of up to about 0.2 g.")
 
 
 def test_the_sentence_for_a_part_is_one_that_states_what_the_part_asks():

@@ -248,6 +248,11 @@ def test_hits_are_distinct_sections_and_say_what_their_score_is(tmp_path, embedd
             assert {h.score_kind for h in hits} == {kind} and hits[0].to_dict()["score_kind"] == kind
         hybrid = kb.search("wiper blades fluid", k=3, mode="hybrid", min_score=NO_GATE)
         assert all(h.score == h.scores["hybrid"] <= 2 / 61 and -1 <= h.scores["dense"] <= 1 for h in hybrid)
+        # a hit's whole section: every paragraph of it, in order, and nothing of the next section
+        blade_hit = next(h for h in hits if h.heading == "Wipers > Blades")
+        assert kb.section_text(blade_hit) == long_section
+        fluid_hit = next(h for h in hits if h.heading == "Wipers > Fluid")
+        assert kb.section_text(fluid_hit) == fluid_hit.text == "Top up the wiper fluid in winter."
 
 
 def test_the_sample_kb_is_held_once_whichever_checkout_filled_it(tmp_path, embedder):

@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable
 
 from app.answer.facts import extract_facts, states_phone, states_quantity
-from app.answer.question import asks_phone, asks_quantity, parts, unit_of, wanted_units
+from app.answer.question import answers_kind, asks_phone, asks_quantity, parts, unit_of, wanted_units
 from app.answer.relevance import coverage, terms
-from app.answer.sentences import split_sentences
+from app.answer.sentences import join_sentences, split_sentences
 
 MAX_SENTENCES = 2
 MAX_PARTS = 3  # a spoken answer to more than three questions at once is too long to follow
@@ -35,7 +35,7 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
         return ""
     asked = parts(question)
     if len(asked) > 1:
-        chosen = {_ranked(part, sentences, similarity)[0][0] for part in asked[:MAX_PARTS]}
+        chosen = {_best_for(part, sentences, similarity) for part in asked[:MAX_PARTS]}
     else:
         ranked = _ranked(question, sentences, similarity)
         best = ranked[0][1]
@@ -44,7 +44,7 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
     safety = next((i for i in range(len(sentences)) if _SAFETY.search(sentences[i]) and i not in chosen), None)
     if safety is not None and terms(sentences[safety]) & wanted:
         chosen.add(safety)
-    return "".join(sentences[i].strip() + ("" if _cjk_end(sentences[i]) else " ") for i in sorted(chosen)).strip()
+    return join_sentences([sentences[i] for i in sorted(chosen)])
 
 
 def best_sentence(question: str, passage: str, similarity: Similarity | None = None,
@@ -53,6 +53,13 @@ def best_sentence(question: str, passage: str, similarity: Similarity | None = N
     verbatim; "" when there is none."""
     sentences = [s.strip() for s in split_sentences(passage.strip()) if s.strip() and keep(s.strip())]
     return sentences[_ranked(question, sentences, similarity)[0][0]] if sentences else ""
+
+
+def _best_for(part: str, sentences: list[str], similarity: Similarity | None) -> int:
+    """The best sentence for one part of a question, among those stating the kind of value it asks
+    for when any does ("要收钱吗？": the sentence saying it is free)."""
+    ranked = [i for i, _ in _ranked(part, sentences, similarity)]
+    return next((i for i in ranked if answers_kind(part, sentences[i])), ranked[0])
 
 
 def _ranked(question: str, sentences: list[str], similarity: Similarity | None) -> list[tuple[int, float]]:
@@ -74,7 +81,3 @@ def _ranked(question: str, sentences: list[str], similarity: Similarity | None) 
         return value - 0.01 * i
 
     return sorted(((i, score(i)) for i in range(len(sentences))), key=lambda pair: pair[1], reverse=True)
-
-
-def _cjk_end(sentence: str) -> bool:
-    return sentence.rstrip()[-1:] in "。！？；"

@@ -52,8 +52,9 @@ class Passage:
     faq: bool
 
     @classmethod
-    def of(cls, index: int, hit: Hit) -> Passage:
-        text = hit.text.strip()
+    def of(cls, index: int, hit: Hit, text: str | None = None) -> Passage:
+        """`text`: what the passage shows of the hit's place (its whole section); the hit's own text by default."""
+        text = (hit.text if text is None else text).strip()
         if hit.entry_id is not None and "\n" in text:  # FAQ chunks are "question\nanswer"
             question, answer = text.split("\n", 1)
             return cls(index, hit, question.strip(), answer.strip(), True)

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from app.answer.extractive import best_sentence, extract_answer
-from app.answer.facts import extract_facts, states_phone, states_quantity
+from app.answer.facts import QUANTITY_KINDS, extract_facts, states_phone, states_quantity
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
                                  with_passages)
-from app.answer.question import answers_kind, asks_phone, asks_quantity, meant, on_topic, parts
+from app.answer.question import (answers_kind, asks_phone, asks_quantity, meant, on_topic, parts, unit_of,
+                                 wanted_units)
 from app.answer.relevance import Confidence, content_words, terms
-from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
+from app.answer.sentences import SentenceStream, is_list_marker, join_sentences, split_sentences, strip_markdown
 from app.answer.verify import Check, Verifier
 from app.schemas import ChatRequest, Citation, Grounding
 from app.voice import VOICE_INSTRUCTIONS, VOICE_MAX_TOKENS, speakable
@@ -42,6 +43,7 @@ DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh"
 CANDIDATES = 8  # hits re-ranked before the passages are chosen
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
+SECTION_MAX_TOKENS = 400  # a longer section gives way to its matched chunk: room for other passages
 
 
 @dataclass
@@ -63,6 +65,9 @@ class AnswerPlan:
     # model's answer when that states nothing of the kind the part asks for ("how far and how fast?"
     # answered with the distance only)
     supplement: list[tuple[str, str]] = field(default_factory=list)
+    # the supplement's sentences when they answer every part that asks for a kind of value: what is
+    # said when the model finds no answer ("how fast and how far?" has its sentence for each)
+    part_quote: str = ""
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -102,15 +107,19 @@ def _with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
     return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
 
 
-def _fit(llm: LLM, hits, budget: int) -> list[Passage]:
-    """The chosen hits as numbered passages, as many as fit the token budget, best first."""
+def _fit(llm: LLM, kb, hits, budget: int) -> list[Passage]:
+    """The chosen hits as numbered passages, as many as fit the token budget, best first; each is
+    its whole section when that is short enough (the answer may sit in the window next to the one
+    that matched), else the matched chunk."""
     passages, used = [], 0
     for hit in hits:
-        p = Passage.of(len(passages) + 1, hit)
-        cost = len(llm.encode(p.render())) + 2
-        if used + cost <= budget:  # a shorter passage further down may still fit
-            passages.append(p)
-            used += cost
+        n = len(passages) + 1
+        for p, cap in ((Passage.of(n, hit, kb.section_text(hit)), SECTION_MAX_TOKENS), (Passage.of(n, hit), budget)):
+            cost = len(llm.encode(p.render())) + 2
+            if cost <= cap and used + cost <= budget:  # a shorter passage further down may still fit
+                passages.append(p)
+                used += cost
+                break
     return passages
 
 
@@ -156,7 +165,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
 
     room = min(max_tokens, llm.context // 4)  # the answer's share of the context
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(INSTRUCTIONS))
-    plan.passages = _fit(llm, chosen, budget)
+    plan.passages = _fit(llm, kb, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
@@ -179,6 +188,9 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     asked = parts(question)
     if len(asked) > 1:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
+        kinds = [part for part in asked if not answers_kind(part, "")]
+        if kinds and len(plan.supplement) == len(kinds) and not plan.missing_topic:
+            plan.part_quote = join_sentences(list(dict.fromkeys(s for _, s in plan.supplement)))
     prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
     plan.prompt_ids = llm.encode_chat(prompt)
     if len(plan.prompt_ids) >= llm.context:
@@ -200,7 +212,7 @@ def _supplement(question: str, asked: list[str], passages: list[Passage], simila
         states = partial(answers_kind, part)
         sentence = next((s for s in (best_sentence(part, p.body, similarity, keep=states) for p in about) if s), "")
         if sentence:
-            out.append((part, sentence))
+            out.append((part, strip_markdown(sentence).strip()))
     return out
 
 
@@ -332,22 +344,25 @@ class GroundedGeneration:
             reason = "every stated fact is in the passages" + (
                 "; the answer was cut before a sentence the passages do not support" if verdict else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
-        if verdict in ("model_refused", "off_topic"):
+        # the model's "I don't know" stands unless the passages state what each part asks for
+        quote = plan.part_quote if verdict == "model_refused" else plan.extractive or plan.part_quote
+        if verdict == "off_topic" or not quote and verdict == "model_refused":
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
                    f"the knowledge base never mentions {', '.join(words.get(t, t) for t in unsupported)}, "
                    "which the question asks about")
             yield from self._emit(plan.dont_know())
             return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
-        why = ("the model stated facts the passages do not support" if verdict == "unsupported" else
+        why = ("the model found no answer, but the passages state what each part of the question asks for"
+               if verdict == "model_refused" else
+               "the model stated facts the passages do not support" if verdict == "unsupported" else
                "the model's answer stated no number for a quantity question" if held else
                "the model gave no answer")
-        if plan.extractive:
-            for sentence in split_sentences(plan.extractive):
+        if quote:
+            for sentence in split_sentences(quote):
                 yield from self._emit(sentence)
             return self._finish("stop", tokens, self._grounding(
-                "extractive", f"{why}: the best passage is quoted instead",
-                [verifier.check(plan.extractive)], unsupported))
+                "extractive", f"{why}: the passages are quoted instead", [verifier.check(quote)], unsupported))
         yield from self._emit(plan.dont_know())
         return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
 
@@ -357,7 +372,7 @@ class GroundedGeneration:
         answer = " ".join(c.text for c in released)
         added = []
         for part, sentence in self.plan.supplement:
-            if answers_kind(part, answer) or sentence in answer:
+            if sentence in answer or _covers(part, answer, sentence):
                 continue
             added.append(verifier.check(sentence))
             answer += " " + sentence
@@ -381,6 +396,22 @@ class GroundedGeneration:
                     yield delta.text
         r = gen.result
         return self._finish(r.finish_reason, r.completion_tokens, None)
+
+
+def _covers(part: str, answer: str, sentence: str) -> bool:
+    """Whether the answer already says what `sentence` adds for `part`: the kind of value the part
+    asks for and, of the sentence's values of that kind, every one ("按一下加多少？按住不放又是加多少？"
+    answered with the 1 km/h step alone lacks the 5 km/h one), unless it gave one the sentence does
+    not state (it answered the part from another sentence)."""
+    if not answers_kind(part, answer):
+        return False
+    units = wanted_units(part)
+
+    def values(text: str) -> set[str]:
+        return {f.key for f in extract_facts(text) if f.kind in QUANTITY_KINDS and (not units or unit_of(f) in units)}
+
+    said, adds = values(answer), values(sentence)
+    return adds <= said or bool(said - adds)
 
 
 def _sentences(gen) -> Iterator[str]:

@@ -20,11 +20,11 @@ _REPAIR_ZH = re.compile(r"(?:不对|不是不是|我是说|我的意思是|说�
 _CURRENCIES = (" eur", " usd", " gbp", " cny")
 _MIN_TERMS = 2  # a repaired question has at least this many content terms, or the repair is not one
 
-_HOW = "much|many|long|far|fast|often|heavy|big|quick|low|high"  # how ... asks an amount
+_HOW = "much|many|long|far|fast|often|heavy|big|quick|low|high|strong"  # how ... asks an amount
 _ZH_HOW = "多少|多久|多长|多快|多远|多大"
 _QUANTITY = re.compile(rf"\b(?:how\s+(?:{_HOW}|old)|what\s+(?:number|size|speed|pressure|type|limit)|which\s+number|"
                        rf"when)\b|{_ZH_HOW}|几|什么型号|电话", re.I)
-_PRICE = re.compile(r"\bhow\s+much\b.*\b(?:cost|price|charge|pay)|\b(?:cost|price)\b|多少钱|价格|费用", re.I)
+_PRICE = re.compile(r"\bhow\s+much\b.*\b(?:cost|price|charge|pay)|\b(?:cost|price)\b|多少钱|价格|费用|收钱|收费|要钱|花钱|付钱", re.I)
 _FREE = re.compile(r"\bfree\b|no charge|免费|不收费", re.I)
 _PHONE = re.compile(r"\b(?:number|call|ring|phone|dial)\b|电话|号码|打给", re.I)
 # "how long / how far / how many ...": an amount, whatever its unit ("when" asks for a moment or a condition)

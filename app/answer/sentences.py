@@ -47,3 +47,23 @@ class SentenceStream:
 
 def is_list_marker(sentence: str) -> bool:
     return bool(_LIST_MARKER.match(sentence))
+
+
+_MARKDOWN = [
+    (re.compile(r"^\s{0,3}#{1,6}\s*(.*?)\s*$", re.M), r"\1."),  # a heading becomes a short sentence
+    (re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M), ""),  # list markers
+    (re.compile(r"(\*\*|__|\*|_|`)(.+?)\1"), r"\2"),  # emphasis / code
+    (re.compile(r"\s*\n+\s*"), " "),
+]
+
+
+def strip_markdown(text: str) -> str:
+    """Plain text: a quoted manual sentence ("- **High** – strong deceleration") is said, not rendered."""
+    for pattern, repl in _MARKDOWN:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def join_sentences(sentences: list[str]) -> str:
+    """Whole sentences as one plain text: a space after each, except after Chinese end punctuation."""
+    return "".join(strip_markdown(t).strip() + ("" if t.rstrip()[-1:] in "。！？；" else " ") for t in sentences).strip()
