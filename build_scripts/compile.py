@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 from build_scripts.errors import BuildError
-from build_scripts.split import DEFAULT_PART_BUDGET, plan_parts, write_parts
 
 EP_NAME = "QNNExecutionProvider"
 _MARKER = "@@HEXRAG-QNN-JOB"
@@ -460,6 +459,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     builds (if it already is an HTP entry) plus the new ones, each with soc/arch, variant, files
     (a list of parts, run in order, for a split graph) and compile times.
     """
+    from build_scripts.split import DEFAULT_PART_BUDGET, write_parts  # onnx: imported only to build
     from models.manifest import load_manifest
 
     model_dir = Path(model_dir).resolve()
@@ -538,6 +538,8 @@ def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tup
     if manifest.kind != "llm" or (model_dir / manifest.weights_file).stat().st_size <= budget:
         return [(0, n_layers)]
     import onnx
+
+    from build_scripts.split import plan_parts
 
     model = onnx.load(str(model_dir / manifest.graphs[0].file), load_external_data=False)
     return plan_parts(model, budget, fp16=fp16)
