@@ -243,9 +243,12 @@ def _two_part_answer(model_says: str, question="I just used the goo kit. How far
     supplement = supplement or [("How far can I drive on it now", "After sealing, drive no further than 200 km."),
                                 ("how fast?", "Drive at up to 80 km/h until the tyre is replaced.")]
     plan = AnswerPlan(question, language(question), voice=False, grounded=True, prompt_ids=[1, 2, 3], max_tokens=64,
-                      passages=[Passage.of(1, hit)], supplement=supplement, part_quote=part_quote)
+                      passages=[Passage.of(1, hit)], supplement=supplement, part_quote=part_quote,
+                      timings={"plan_ms": 500.0})
     gen = GroundedGeneration(_ScriptedLLM(model_says), plan, SamplingParams(temperature=0.0))
     text = "".join(gen)
+    timings = gen.result.timings  # both from the question's arrival: the plan's 500 ms included
+    assert timings["total_ms"] >= timings["first_sentence_ms"] >= 500
     return text, gen.result.grounding.decision
 
 

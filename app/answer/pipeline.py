@@ -277,7 +277,9 @@ class GroundedGeneration:
         yield piece
 
     def _finish(self, finish: str, tokens: int, grounding: Grounding | None) -> AnswerResult:
-        self._timings["total_ms"] = round((time.perf_counter() - self._start) * 1000, 1)
+        # from the question's arrival, like first_sentence_ms: retrieval and the prompt included
+        elapsed = (time.perf_counter() - self._start) * 1000
+        self._timings["total_ms"] = round(self._timings.get("plan_ms", 0.0) + elapsed, 1)
         return AnswerResult("".join(self._pieces), finish, len(self.plan.prompt_ids), tokens, grounding,
                             self._timings)
 
