@@ -3,6 +3,7 @@ each built through the real `hexrag build` code into a model directory."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,15 @@ def server(smollm_build, minilm_build, sample_kb, tmp_path_factory):
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture()
+def docs(tmp_path) -> Path:
+    """Two small documents to ingest: an FAQ entry and a manual section."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "faq.jsonl").write_text(json.dumps({"id": "wipers", "category": "care", "question": "How do I change "
+                                                "the wiper blades?", "answer": "Lift the arm and press the clip."})
+                                    + "\n")
+    (root / "manual.md").write_text("# Charging\n\n## At home\n\nA wallbox charges overnight.\n")
+    return root

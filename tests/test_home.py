@@ -60,17 +60,6 @@ def elsewhere(tmp_path) -> Path:
     return path
 
 
-@pytest.fixture()
-def docs(tmp_path) -> Path:
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "faq.jsonl").write_text(json.dumps({"id": "wipers", "category": "care", "question": "How do I change "
-                                                "the wiper blades?", "answer": "Lift the arm and press the clip."})
-                                    + "\n")
-    (root / "manual.md").write_text("# Charging\n\n## At home\n\nA wallbox charges overnight.\n")
-    return root
-
-
 def hexrag(cwd: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=300,
                           cwd=cwd, env={**os.environ, **extra_env})

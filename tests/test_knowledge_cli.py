@@ -27,15 +27,10 @@ def cli(tmp_path, tiny_builds):
 
 
 @pytest.fixture()
-def docs(tmp_path):
-    root = tmp_path / "docs"
-    root.mkdir()
-    (root / "faq.jsonl").write_text(json.dumps({"id": "wipers", "category": "care", "question": "How do I change "
-                                                "the wiper blades?", "answer": "Lift the arm and press the clip."})
-                                    + "\n")
-    (root / "manual.md").write_text("# Charging\n\n## At home\n\nA wallbox charges overnight.\n")
-    (root / "broken.txt").write_bytes(b"\x00\x01\x02")
-    return root
+def docs(docs):
+    """The shared two documents and one that cannot be read."""
+    (docs / "broken.txt").write_bytes(b"\x00\x01\x02")
+    return docs
 
 
 def test_ingest_reports_failures_with_exit_code_2(cli, docs):
