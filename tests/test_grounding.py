@@ -84,6 +84,17 @@ def test_words_of_the_question_the_kb_never_uses_are_off_topic():
     assert not verifier.check("Press the rear edge of the flap.").off_topic
 
 
+def test_a_number_said_about_something_the_kb_never_names_has_no_source():
+    towing = "The maximum vertical load on the tow ball is 75 kg. Do not exceed 100 km/h when towing."
+    verifier = Verifier([towing], question="I want a roof box. What's the maximum load on the roof, is 80 kg ok?",
+                        unnamed={"roof"})
+    assert not verifier.check("The maximum load you can put on the roof is 75 kg.").ok
+    assert verifier.check("The maximum vertical load on the tow ball is 75 kg.").ok
+    assert verifier.check("80 kg on the roof is not something I can confirm.").unsupported[0].kind == "negation"
+    zh = Verifier(["座椅加热共有三档，可在中控屏上调节。"], question="座椅通风能调几档？", unnamed={"通风"})
+    assert not zh.check("座椅通风共有 3 档。").ok and zh.check("座椅加热共有 3 档。").ok
+
+
 def test_fact_keys_are_one_spelling():
     keys = [f.key for f in extract_facts("1,500 kg, 一千五百公斤, thirty minutes, 30 min, 三十分钟, 百分之八十, 80 %")]
     assert keys == ["1500 kg", "1500 kg", "30 min", "30 min", "30 min", "80 %", "80 %"]
@@ -296,3 +307,23 @@ def test_the_sentence_for_a_part_is_one_that_states_what_the_part_asks():
     assert best_sentence(part, towing, keep=partial(answers_kind, part)) == (
         "Do not exceed 100 km/h, or lower local limits, when towing.")
     assert best_sentence(part, "The trailer is shown on the display.", keep=partial(answers_kind, part)) == ""
+
+
+def test_a_chunk_is_widened_to_its_section_only_for_a_value_it_lacks():
+    from app.answer.pipeline import _fit
+
+    class Words:
+        def encode(self, text):
+            return text.split()
+
+    class KB:
+        def section_text(self, hit):
+            return hit.text + " Do not exceed 100 km/h when towing."
+
+    hit = _hit("", "The maximum vertical load on the tow ball is 75 kg.", 0.6, 8.0)
+    hit.entry_id, hit.heading = None, "Driving > Towing a trailer"
+    both = _fit(Words(), KB(), "How much can the tow ball take? And what's the fastest I should go?", [hit], 500)
+    assert both[0].body.endswith("Do not exceed 100 km/h when towing.")
+    load = _fit(Words(), KB(), "How much can the tow ball take?", [hit], 500)
+    assert load[0].body == hit.text  # the chunk states the amount asked: no more text to misread
+    assert _fit(Words(), KB(), "And what's the fastest I should go?", [hit], 20)[0].body == hit.text  # no room

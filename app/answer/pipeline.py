@@ -61,6 +61,7 @@ class AnswerPlan:
     extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
     refusal: str | None = None  # set when the answer is "I don't know" without asking the model
     missing_topic: set[str] = field(default_factory=set)  # the question's topic, when the whole KB never names it
+    unnamed: set[str] = field(default_factory=set)  # every topic word of the question the whole KB never names
     # for a question asking several things: (part, a passage sentence answering it), said after the
     # model's answer when that states nothing of the kind the part asks for ("how far and how fast?"
     # answered with the distance only)
@@ -107,14 +108,20 @@ def _with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
     return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
 
 
-def _fit(llm: LLM, kb, hits, budget: int) -> list[Passage]:
-    """The chosen hits as numbered passages, as many as fit the token budget, best first; each is
-    its whole section when that is short enough (the answer may sit in the window next to the one
-    that matched), else the matched chunk."""
+def _fit(llm: LLM, kb, question: str, hits, budget: int) -> list[Passage]:
+    """The chosen hits as numbered passages, as many as fit the token budget, best first. A chunk
+    that states nothing of a kind the question asks for ("what's the fastest I should go?" matched
+    the towing weights) is shown with the rest of its section, when that is short enough: the
+    answer may sit in the window next to it. Otherwise the chunk alone: more text is more to
+    misread (Auto Hold's 10 minutes beside hill start's 2 seconds)."""
+    asked = parts(question)
     passages, used = [], 0
     for hit in hits:
         n = len(passages) + 1
-        for p, cap in ((Passage.of(n, hit, kb.section_text(hit)), SECTION_MAX_TOKENS), (Passage.of(n, hit), budget)):
+        options = [(Passage.of(n, hit), budget)]
+        if not all(answers_kind(part, hit.text) for part in asked):
+            options.insert(0, (Passage.of(n, hit, kb.section_text(hit)), SECTION_MAX_TOKENS))
+        for p, cap in options:
             cost = len(llm.encode(p.render())) + 2
             if cost <= cap and used + cost <= budget:  # a shorter passage further down may still fit
                 passages.append(p)
@@ -165,7 +172,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
 
     room = min(max_tokens, llm.context // 4)  # the answer's share of the context
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(INSTRUCTIONS))
-    plan.passages = _fit(llm, kb, chosen, budget)
+    plan.passages = _fit(llm, kb, question, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
@@ -173,6 +180,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
     unknown = _unknown_words(kb, content_words(question, topic_only=True), plan.passages)
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
+    plan.unnamed = set(unknown)
     if len(unknown) * 3 >= len(words):
         plan.missing_topic = set(unknown)
     # a quote speaks the KB's own words with its authority: none when the question names anything the
@@ -299,7 +307,7 @@ class GroundedGeneration:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
         verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
-                            plan.missing_topic)
+                            plan.missing_topic, plan.unnamed)
         need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
         gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
                                 stop=self.stop, cancel=self.cancel)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.answer.facts import Fact, FactIndex, extract_facts, without_facts
+from app.answer.facts import QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
 from app.answer.relevance import terms
 from app.answer.sentences import split_sentences
 
@@ -60,13 +60,18 @@ class _Source:
 
 
 class Verifier:
-    def __init__(self, passages: list[str], question: str = "", unknown: set[str] = frozenset()):
+    def __init__(self, passages: list[str], question: str = "", unknown: set[str] = frozenset(),
+                 unnamed: set[str] = frozenset()):
         """`unknown`: terms of the question the knowledge base never uses ("sunroof" in a KB without
-        one); an answer that uses them anyway is the model bending a passage to the question."""
+        one) that are its topic; an answer that uses them anyway is the model bending a passage to
+        the question. `unnamed`: every such term, the topic or not; a number said about one has no
+        source ("the roof takes 75 kg" from the tow ball's 75 kg)."""
         self.index = FactIndex.of([*passages, question])
         # a control or menu item must exist in the passages: the driver naming one does not make it real
         self.names = FactIndex.of(passages)
         self.missing = set(unknown)
+        self.unnamed = set(unnamed) | self.missing
+        self.drivers_numbers = {f.key for f in extract_facts(question)}  # may be repeated about anything
         self.question_terms = terms(without_facts(question))
         self.sentences = [_Source(FactIndex.of([s]), terms(without_facts(s)), bool(_NEGATION.search(s)))
                           for text in [*passages, question] for s in split_sentences(text) if s.strip()]
@@ -77,6 +82,9 @@ class Verifier:
         own = terms(without_facts(sentence)) - {"answe"}  # what the sentence is about, its facts taken out
         off_topic = sorted(m for m in self.missing if any(t.startswith(m) or m.startswith(t) for t in said))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
+        if any(_uses(sentence, said, m) for m in self.unnamed):
+            unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
+                            and f.key not in self.drivers_numbers]
         refusal = bool(_REFUSAL.search(sentence))
         denial = _NEGATION.search(_REPLY.sub("", sentence))
         if denial and not refusal and not self._denied_by_a_source(own):
@@ -104,3 +112,10 @@ class Verifier:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & s.terms for s in sources)
+
+
+def _uses(sentence: str, said: set[str], word: str) -> bool:
+    """Whether a sentence uses a question word: an English stem as a term, a Chinese word whole."""
+    if word.isascii():
+        return any(t.startswith(word) or word.startswith(t) for t in said)
+    return word in sentence
