@@ -69,8 +69,10 @@ def _norm(text: str) -> str:
 
 
 def _stated(answer: str, spellings: list[str]) -> bool:
-    text = _norm(answer)
-    return any(_norm(s) in text for s in spellings)
+    """Whether the answer states the fact: one of its spellings, or every value of one with its unit
+    as the answer writes it (a voice answer says "240 kilopascals" for 240 kPa)."""
+    text, said = _norm(answer), {f.key for f in extract_facts(answer)}
+    return any(_norm(s) in text or (keys := {f.key for f in extract_facts(s)}) and keys <= said for s in spellings)
 
 
 def grade(q: AnswerQuestion, text: str, refused: bool, reference: list[str]) -> dict:

@@ -1,0 +1,33 @@
+"""The answer eval's grader is strict: a fact counts when the answer states it (in any spelling of
+its value and unit), a fact the reference passages do not state fails the answer, and an answer to
+an unanswerable question is wrong."""
+
+from __future__ import annotations
+
+from app.bench.answers import AnswerQuestion, grade
+
+REFERENCE = ["With a normal load, inflate the front tyres to 240 kPa (35 psi) and the rear tyres to 260 kPa (38 psi)."]
+FRONT = AnswerQuestion("what pressure do the front tyres need?", "en", True, ["tyre-pressure"], [["240 kPa", "35 psi"]], [])
+BOTH = AnswerQuestion("front and rear?", "en", True, ["tyre-pressure"], [["240 kPa"], ["260 kPa"]], [])
+
+
+def _grade(q, text, refused=False):
+    return grade(q, text, refused, REFERENCE)["grade"]
+
+
+def test_a_fact_counts_in_any_spelling_of_its_value_and_unit():
+    assert _grade(FRONT, "The front tyres need 240 kPa.") == "correct"
+    assert _grade(FRONT, "The front tyres need 240 kilopascals (35 P S I).") == "correct"  # a voice answer
+    assert _grade(FRONT, "Front tyres: two hundred and forty.") == "wrong"  # no unit: not stated
+
+
+def test_a_missing_fact_is_partial_and_a_false_one_fails_the_answer():
+    assert _grade(BOTH, "Front 240 kPa.") == "partial"
+    assert _grade(BOTH, "Front 240 kPa, rear 260 kPa.") == "correct"
+    assert _grade(BOTH, "Front 240 kPa, rear 290 kPa, or 260 kPa with a light load.") == "wrong"
+
+
+def test_refusals_and_answers_to_unanswerable_questions():
+    sunroof = AnswerQuestion("how do I open the sunroof?", "en", False, [], [], [])
+    assert _grade(sunroof, "I don't know.", refused=True) == "refused"
+    assert _grade(sunroof, "Press the button above the mirror.") == "wrong"
