@@ -5,7 +5,8 @@
     retrieval query ─► search ─► re-rank           LLM tokens ─► sentences ─► fact check per sentence
     ─► confidence low? ─► refuse                    ├─ supported   ─► released (held back for a
     ─► passages (one FAQ entry, or a budget)        │               quantity question until a number comes)
-    ─► prompt ids + the extractive answer           ├─ "I don't know" ─► refuse
+    ─► prompt ids + the extractive answer           ├─ "I don't know" ─► refuse (unless every part
+                                                    │                asked has its passage sentence)
                                                     └─ unsupported / empty ─► stop the model, then
                                                        the extractive answer (unless the question
                                                        names what the KB lacks) or "I don't know"
@@ -356,7 +357,7 @@ class GroundedGeneration:
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
         # the model's "I don't know" stands unless the passages state what each part asks for
         quote = plan.part_quote if verdict == "model_refused" else plan.extractive or plan.part_quote
-        if verdict == "off_topic" or not quote and verdict == "model_refused":
+        if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
                    f"the knowledge base never mentions {', '.join(words.get(t, t) for t in unsupported)}, "
