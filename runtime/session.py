@@ -37,6 +37,8 @@ def thread_options(options: ort.SessionOptions, threads: int | None, spinning: b
     options.intra_op_num_threads = count
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+
+
 PROFILE_ENV = "HEXRAG_PROFILE"
 # HTP sessions: QNN's own profile (per-node cycles, accelerator time per run) as DIR/<graph>.csv
 QNN_PROFILE_ENV = "HEXRAG_QNN_PROFILE"

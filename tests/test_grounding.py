@@ -322,8 +322,8 @@ def test_a_chunk_is_widened_to_its_section_only_for_a_value_it_lacks():
 
     hit = _hit("", "The maximum vertical load on the tow ball is 75 kg.", 0.6, 8.0)
     hit.entry_id, hit.heading = None, "Driving > Towing a trailer"
-    both = _fit(Words(), KB(), "How much can the tow ball take? And what's the fastest I should go?", [hit], 500)
+    both = _fit(Words(), KB(), parts("How much can the tow ball take? And what's the fastest I should go?"), [hit], 500)
     assert both[0].body.endswith("Do not exceed 100 km/h when towing.")
-    load = _fit(Words(), KB(), "How much can the tow ball take?", [hit], 500)
+    load = _fit(Words(), KB(), parts("How much can the tow ball take?"), [hit], 500)
     assert load[0].body == hit.text  # the chunk states the amount asked: no more text to misread
-    assert _fit(Words(), KB(), "And what's the fastest I should go?", [hit], 20)[0].body == hit.text  # no room
+    assert _fit(Words(), KB(), parts("And what's the fastest I should go?"), [hit], 20)[0].body == hit.text  # no room

@@ -109,13 +109,12 @@ def _with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
     return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
 
 
-def _fit(llm: LLM, kb, question: str, hits, budget: int) -> list[Passage]:
+def _fit(llm: LLM, kb, asked: list[str], hits, budget: int) -> list[Passage]:
     """The chosen hits as numbered passages, as many as fit the token budget, best first. A chunk
     that states nothing of a kind the question asks for ("what's the fastest I should go?" matched
     the towing weights) is shown with the rest of its section, when that is short enough: the
     answer may sit in the window next to it. Otherwise the chunk alone: more text is more to
-    misread (Auto Hold's 10 minutes beside hill start's 2 seconds)."""
-    asked = parts(question)
+    misread (Auto Hold's 10 minutes beside hill start's 2 seconds). `asked`: the question's parts."""
     passages, used = [], 0
     for hit in hits:
         n = len(passages) + 1
@@ -173,7 +172,8 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
 
     room = min(max_tokens, llm.context // 4)  # the answer's share of the context
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(INSTRUCTIONS))
-    plan.passages = _fit(llm, kb, question, chosen, budget)
+    asked = parts(question)
+    plan.passages = _fit(llm, kb, asked, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
@@ -194,7 +194,6 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         # value asked for: a faithful quote of the wrong entry is still a wrong answer
         if on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote):
             plan.extractive = quote
-    asked = parts(question)
     if len(asked) > 1:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
         kinds = [part for part in asked if not answers_kind(part, "")]

@@ -80,7 +80,7 @@ class Verifier:
         facts = extract_facts(sentence)
         said = terms(sentence)
         own = terms(without_facts(sentence)) - {"answe"}  # what the sentence is about, its facts taken out
-        off_topic = sorted(m for m in self.missing if any(t.startswith(m) or m.startswith(t) for t in said))
+        off_topic = sorted(m for m in self.missing if _shares_stem(said, m))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
@@ -114,8 +114,10 @@ class Verifier:
         return not sources or any(own & s.terms for s in sources)
 
 
+def _shares_stem(said: set[str], word: str) -> bool:
+    return any(t.startswith(word) or word.startswith(t) for t in said)
+
+
 def _uses(sentence: str, said: set[str], word: str) -> bool:
     """Whether a sentence uses a question word: an English stem as a term, a Chinese word whole."""
-    if word.isascii():
-        return any(t.startswith(word) or word.startswith(t) for t in said)
-    return word in sentence
+    return _shares_stem(said, word) if word.isascii() else word in sentence

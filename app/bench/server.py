@@ -32,6 +32,18 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
+def follow_job(client: httpx.Client, job: dict, timeout: float | None = None) -> dict:
+    """Poll an upload's ingest job (`client` talks to the server) until it has finished; after
+    `timeout` seconds (None: no limit), TimeoutError."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while job["status"] in ("queued", "running"):
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"ingest job still {job['status']}: {job}")
+        time.sleep(0.1)
+        job = client.get(f"/v1/knowledge/jobs/{job['id']}").json()
+    return job
+
+
 class Server:
     def __init__(self, llm: Path | None, embedder: Path | None, kb: Path | None, log: Path,
                  command: list[str] | None = None, nice: int = 0, cwd: Path | None = None, **settings):
@@ -77,13 +89,8 @@ class Server:
 
     def wait_job(self, job: dict, timeout: float = 180) -> dict:
         """Poll an upload's ingest job until it has finished."""
-        deadline = time.monotonic() + timeout
-        while job["status"] in ("queued", "running"):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ingest job still {job['status']}: {job}")
-            time.sleep(0.1)
-            job = httpx.get(f"{self.url}/v1/knowledge/jobs/{job['id']}", timeout=10).json()
-        return job
+        with httpx.Client(base_url=self.url, timeout=10) as client:
+            return follow_job(client, job, timeout)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup of any kind runs in the server."""

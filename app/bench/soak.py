@@ -169,8 +169,7 @@ def run_soak(o: SoakOptions, progress: Callable[[str], None] = lambda line: None
     from knowledge.bench import write_corpus
     from runtime.embedder import Embedder
 
-    t0 = time.perf_counter()
-    say = lambda line: progress(f"[{time.perf_counter() - t0:6.1f}s] {line}")  # noqa: E731
+    say = lambda line: progress(f"[{time.perf_counter() - started:6.1f}s] {line}")  # noqa: E731
 
     def start_server() -> Server:
         return Server(o.llm, o.embedder, kb_dir, work / "server.log", nice=o.nice, threads=o.threads,

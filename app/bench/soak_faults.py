@@ -30,7 +30,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel
 
-from app.bench.server import Server
+from app.bench.server import Server, follow_job
 from knowledge import KnowledgeBase, UnknownDocumentError
 from knowledge.disk import DB_FILE, INDEX_FILE, read_disk_state
 
@@ -344,11 +344,7 @@ class _Uploader(threading.Thread):
                         self.error = f"upload answered {r.status_code}: {r.text[:200]}"
                         return
                     self.jobs.append(r.json())
-                for i, job in enumerate(self.jobs):
-                    while job["status"] in ("queued", "running"):
-                        time.sleep(0.1)
-                        job = client.get(f"/v1/knowledge/jobs/{job['id']}").json()
-                    self.jobs[i] = job
+                self.jobs = [follow_job(client, job) for job in self.jobs]
         except httpx.HTTPError as e:
             self.error = f"{type(e).__name__}: {e}"
 
