@@ -197,8 +197,9 @@ def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, backend, as
 
     The score printed (and `score` in --json, named by `score_kind`) is the mode's: dense the cosine
     similarity (-1..1), bm25 the BM25 score (higher is better, unbounded), hybrid the reciprocal-rank-
-    fusion score (sum of 1/(60 + rank) over both rankings: at most 2/61 = 0.033; it orders results and
-    is no similarity). `scores` in --json holds every signal known for a hit (dense, bm25, hybrid)."""
+    fusion score (sum of weight/(60 + rank) over the chunk-embedding, BM25 and place rankings, weights
+    1, 1 and 0.3: at most 2.3/61 = 0.038; it orders results and is no similarity). `scores` in --json
+    holds every signal known for a hit (dense, bm25, place: the cosine with the section's title, hybrid)."""
     threshold = _min_score(min_score)
     with _open(kb_dir, embedder_dir, backend, embedder=mode != "bm25") as base:
         hits = base.search(query, k=k, mode=mode, sources=list(sources) or None, min_score=threshold)

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from knowledge.loaders import ParsedDocument, Section
 
 HEADING_SEP = " > "
-CHUNKER_VERSION = 2  # 2: the document title is embedded with the heading path
+CHUNKER_VERSION = 3  # 2: the document title is embedded with the heading path; 3: places are embedded too
 
 # split levels, coarsest first; each regex matches the separator between two pieces
 _LEVELS = [
@@ -42,6 +42,7 @@ class Chunk:
     entry_id: str | None
     embed_text: str  # title + heading path line, then the text: what the embedder sees
     tokens: int  # tokens of embed_text, special tokens included
+    place: str = ""  # what names the chunk's place, embedded alone too (place_text); "" for none
 
     @property
     def heading_path(self) -> str:
@@ -49,14 +50,24 @@ class Chunk:
 
     @property
     def hash(self) -> str:
-        """Identifies the vector: an unchanged chunk of an edited document reuses its embedding."""
-        return hashlib.sha256(self.embed_text.encode()).hexdigest()
+        """Identifies the vectors: an unchanged chunk of an edited document reuses its embeddings."""
+        return hashlib.sha256(f"{self.place}\0{self.embed_text}".encode()).hexdigest()
 
 
 def embed_text(heading: tuple[str, ...] | str, text: str) -> str:
     """The text the embedder sees: heading path on the first line, then the chunk."""
     path = heading if isinstance(heading, str) else HEADING_SEP.join(heading)
     return f"{path}\n{text}" if path else text
+
+
+def place_text(title: str | None, heading: tuple[str, ...], entry_id: str | None, text: str) -> str:
+    """The words that name a chunk's place: an FAQ entry's question, else the document's title and
+    heading path. Embedded on their own, they let a question phrased like a section's title find
+    that section among its siblings, where the chunk's own embedding is mostly its body ("Configuring
+    from Python Files" vs "... from Environment Variables")."""
+    if entry_id is not None:
+        return text.split("\n", 1)[0].strip()
+    return HEADING_SEP.join(context_path(title, heading))
 
 
 def context_path(title: str | None, heading: tuple[str, ...]) -> tuple[str, ...]:
@@ -98,7 +109,8 @@ class Chunker:
             spans.extend(self._section_spans(doc.text, section, context_path(doc.title, section.heading)))
         texts = [self.embed_text(context_path(doc.title, h), doc.text[s:e]) for h, _, s, e in spans]
         counts = self.count(texts)
-        return [Chunk(i, h, doc.text[s:e], s, e, entry, t, n + self.specials)
+        return [Chunk(i, h, doc.text[s:e], s, e, entry, t, n + self.specials,
+                      place_text(doc.title, h, entry, doc.text[s:e]))
                 for i, ((h, entry, s, e), t, n) in enumerate(zip(spans, texts, counts))]
 
     def embed_heading(self, heading: tuple[str, ...] | str) -> tuple[str, ...]:

@@ -64,9 +64,12 @@ class IngestReport:
 class _Pending:
     fields: dict  # the documents row
     chunks: list[Chunk]
-    reusable: dict[str, bytes]  # chunk hash -> vector blob of the previous version
+    # chunk hash -> (vector, place vector) blobs of the previous version; the hash covers the place
+    # text, and a version from before places were stored has another hash
+    reusable: dict[str, tuple[bytes, bytes | None]]
     is_update: bool
     vectors: np.ndarray | None = None
+    places: np.ndarray | None = None
 
 
 def _hidden(parts: tuple[str, ...]) -> bool:
@@ -142,18 +145,29 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> 
     """Embed what the pending documents need (in shared batches), then commit them one by one."""
     todo = [(p, i, c.embed_text) for p in pending for i, c in enumerate(p.chunks) if c.hash not in p.reusable]
     embedded = kb.embedder.embed([t for _, _, t in todo]) if todo else None
+    # a section's windows share one place: each distinct place text is embedded once
+    place_texts = list(dict.fromkeys(c.place for p in pending for c in p.chunks
+                                     if c.place and p.reusable.get(c.hash, (None, None))[1] is None))
+    place_vectors = dict(zip(place_texts, kb.embedder.embed(place_texts).vectors)) if place_texts else {}
     for p in pending:
         p.vectors = np.zeros((len(p.chunks), kb.dim), np.float32)
         for i, c in enumerate(p.chunks):
             if c.hash in p.reusable:
-                p.vectors[i] = np.frombuffer(p.reusable[c.hash], "<f4")
+                p.vectors[i] = np.frombuffer(p.reusable[c.hash][0], "<f4")
     if embedded is not None:
         for (p, i, _), v, cut in zip(todo, embedded.vectors, embedded.truncated):
             p.vectors[i] = v
             report.truncated += cut
         report.embedded += len(todo)
     for p in pending:
-        kb.commit_document(p.fields, p.chunks, p.vectors)
+        p.places = p.vectors.copy()  # a text with neither title nor heading is placed by its own words
+        for i, c in enumerate(p.chunks):
+            reused = p.reusable.get(c.hash, (None, None))[1]
+            if reused is not None:
+                p.places[i] = np.frombuffer(reused, "<f4")
+            elif c.place:
+                p.places[i] = place_vectors[c.place]
+        kb.commit_document(p.fields, p.chunks, p.vectors, p.places)
         (report.updated if p.is_update else report.added).append(p.fields["source"])
         report.chunks += len(p.chunks)
 

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge import index as vindex
-from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path
+from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path, place_text
 from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
 from knowledge.fusion import reciprocal_rank_fusion
 from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import MAX_FILE_BYTES, IngestReport, run_ingest
 from knowledge.lexical import search_bm25
 from knowledge.paths import default_kb_dir
-from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, SCORE_KINDS, Hit,
-                                 by_section, section_key)
+from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, PLACE_WEIGHT, SCORE_KINDS,
+                                 Hit, by_section, section_key)
 from knowledge.store import FTS_TABLES, ChunkRecord, DocumentRecord, Store
 
 if TYPE_CHECKING:
@@ -134,10 +134,11 @@ class KnowledgeBase:
         with self._lock:
             self._vectors.save()
 
-    def commit_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> None:
+    def commit_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray,
+                        places: np.ndarray | None = None) -> None:
         """Write one document version to SQLite, then follow it in the vector index (saved later)."""
         with self._lock:
-            self._vectors.apply(self.store.replace_document(fields, chunks, vectors), vectors)
+            self._vectors.apply(self.store.replace_document(fields, chunks, vectors, places), vectors)
 
     def remove_document(self, doc: DocumentRecord) -> None:
         with self._lock:  # SQLite first, then the index
@@ -212,9 +213,14 @@ class KnowledgeBase:
         total = self.store.counts()["chunks"]
         with tqdm(total=total, unit="chunk", disable=not progress, desc="re-embed", leave=False) as bar:
             for rows in self.store.iter_chunk_texts():
-                vectors = embedder.embed([chunker.embed_text(context_path(title, tuple(heading.split(HEADING_SEP))), text)
-                                          for _, title, heading, text in rows]).vectors
-                self.store.replace_vectors([(row[0], v) for row, v in zip(rows, vectors)])
+                headings = [tuple(heading.split(HEADING_SEP)) if heading else () for _, _, heading, _, _ in rows]
+                vectors = embedder.embed([chunker.embed_text(context_path(title, h), text)
+                                          for (_, title, _, _, text), h in zip(rows, headings)]).vectors
+                places = [place_text(row[1], h, row[3], row[4]) for row, h in zip(rows, headings)]
+                named = [p for p in places if p]
+                place_of = dict(zip(named, embedder.embed(named).vectors)) if named else {}
+                self.store.replace_vectors([(row[0], v) for row, v in zip(rows, vectors)],
+                                           [(row[0], place_of[p] if p else v) for row, p, v in zip(rows, places, vectors)])
                 bar.update(len(rows))
         self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
 
@@ -388,6 +394,7 @@ class KnowledgeBase:
                 qvec = self._need_embedder().embed([query]).vectors[0]
                 dense, dense_score = self._by_section(lambda n: self._dense(qvec, n, doc_ids), want, records)
             lexical, bm25_score = [], {}
+            place_score: dict[tuple, float] = {}
             if mode in ("bm25", "hybrid"):
                 lexical, bm25_score = self._by_section(lambda n: search_bm25(self.store, query, n, doc_ids), want,
                                                        records)
@@ -400,9 +407,14 @@ class KnowledgeBase:
                 # fused by section: a section's place in each ranking is that of its best chunk, and the
                 # dense side's chunk speaks for it (fusion's ties go to the dense side as well)
                 chunk_of = {section_key(records[i]): i for i, _ in lexical + dense}
-                fused = reciprocal_rank_fusion([[section_key(records[i]) for i, _ in dense],
-                                                [section_key(records[i]) for i, _ in lexical]],
-                                               [1.0 if readable else 0.0, 1.0])
+                rankings = [[section_key(records[i]) for i, _ in dense], [section_key(records[i]) for i, _ in lexical]]
+                weights = [1.0 if readable else 0.0, 1.0]
+                places = self.store.place_vectors(list(chunk_of.values()), self.dim) if readable else {}
+                if places and len(places) == len(chunk_of):  # a KB from before place vectors: without them
+                    place_score = {key: float(places[cid] @ qvec) for key, cid in chunk_of.items()}
+                    rankings.append(sorted(place_score, key=place_score.__getitem__, reverse=True))
+                    weights.append(PLACE_WEIGHT)
+                fused = reciprocal_rank_fusion(rankings, weights)
                 ranked = [(chunk_of[key], score) for key, score in fused]
                 missing = np.array([i for i, _ in ranked[:k] if i not in dense_score], np.int64)
                 if len(missing):  # cosine of the BM25-only hits, for display and the gate
@@ -416,7 +428,7 @@ class KnowledgeBase:
                 r = records[cid]
                 scores = {"dense": dense_score.get(cid), "bm25": bm25_score.get(cid)}
                 if mode == "hybrid":
-                    scores["hybrid"] = score
+                    scores["hybrid"], scores["place"] = score, place_score.get(section_key(r))
                 hits.append(Hit(cid, r.text, r.source, r.name, r.heading, r.entry_id, float(score),
                                 {m: float(s) for m, s in scores.items() if s is not None}, r.start, r.end,
                                 r.document_id, SCORE_KINDS[mode]))

@@ -63,6 +63,12 @@ CREATE TABLE IF NOT EXISTS embeddings (
     chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
     vector BLOB NOT NULL              -- float32, little-endian, L2-normalised
 );
+-- the embedding of a chunk's place alone (chunking.place_text); hybrid search ranks its candidate
+-- sections by it too. KBs written before it have no rows here and are ranked without it.
+CREATE TABLE IF NOT EXISTS places (
+    chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
+    vector BLOB NOT NULL
+);
 """
 
 
@@ -205,10 +211,12 @@ class Store:
         rows = self.db.execute(f"SELECT id FROM chunks WHERE document_id IN ({_marks(document_ids)})", document_ids)
         return np.array([r[0] for r in rows], np.int64)
 
-    def vectors_by_hash(self, document_id: int) -> dict[str, bytes]:
-        rows = self.db.execute("SELECT c.hash, e.vector FROM chunks c JOIN embeddings e ON e.chunk_id = c.id "
-                               "WHERE c.document_id = ?", [document_id])
-        return {h: v for h, v in rows}
+    def vectors_by_hash(self, document_id: int) -> dict[str, tuple[bytes, bytes | None]]:
+        """chunk hash -> (vector, place vector: None before places were stored) of a document's chunks,
+        for reuse on re-ingest."""
+        rows = self.db.execute("SELECT c.hash, e.vector, p.vector FROM chunks c JOIN embeddings e ON e.chunk_id = c.id "
+                               "LEFT JOIN places p ON p.chunk_id = c.id WHERE c.document_id = ?", [document_id])
+        return {h: (v, place) for h, v, place in rows}
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
@@ -241,8 +249,9 @@ class Store:
             if conn.in_transaction:
                 conn.execute("COMMIT")  # nothing was written: this only ends the snapshot
 
-    def replace_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray) -> WriteResult:
-        """Write one document version atomically."""
+    def replace_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray,
+                         places: np.ndarray | None = None) -> WriteResult:
+        """Write one document version atomically; places[i] is chunk i's place vector."""
         conn = self.db.conn
         with self._writing():
             old = conn.execute("SELECT id FROM documents WHERE source = ?", [fields["source"]]).fetchone()
@@ -264,6 +273,9 @@ class Store:
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [doc_id, c.ordinal, c.heading_path, c.entry_id, c.text, c.start, c.end, c.tokens, c.hash]).lastrowid
                 conn.execute("INSERT INTO embeddings (chunk_id, vector) VALUES (?, ?)", [int(new_ids[i]), vector_blob(v)])
+                if places is not None:
+                    conn.execute("INSERT INTO places (chunk_id, vector) VALUES (?, ?)",
+                                 [int(new_ids[i]), vector_blob(places[i])])
             generation = self._bump_generation()
         return WriteResult(removed, new_ids, generation)
 
@@ -277,7 +289,9 @@ class Store:
     def _delete_chunks(self, document_id: int) -> np.ndarray:
         conn = self.db.conn
         ids = np.array([r[0] for r in conn.execute("SELECT id FROM chunks WHERE document_id = ?", [document_id])], np.int64)
-        conn.execute("DELETE FROM embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)", [document_id])
+        for table in ("embeddings", "places"):
+            conn.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)",
+                         [document_id])
         conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])  # triggers update both FTS tables
         return ids
 
@@ -301,6 +315,12 @@ class Store:
             for cid, blob in self.db.execute(f"SELECT chunk_id, vector FROM embeddings WHERE chunk_id IN ({_marks(part)})", part):
                 out[position[cid]] = np.frombuffer(blob, "<f4")
         return out
+
+    def place_vectors(self, ids: list[int], dim: int) -> dict[int, np.ndarray]:
+        """Place vectors of those given chunk ids that have one (of this dimension)."""
+        rows = self.db.execute(f"SELECT chunk_id, vector FROM places WHERE chunk_id IN ({_marks(ids)})",
+                               [int(i) for i in ids])
+        return {cid: np.frombuffer(blob, "<f4") for cid, blob in rows if len(blob) == 4 * dim}
 
     def all_vectors(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors) of every embedded chunk, in id order; what an index is rebuilt from."""
@@ -333,17 +353,20 @@ class Store:
     def chunk_ids(self) -> np.ndarray:
         return np.array([r[0] for r in self.db.execute("SELECT id FROM chunks ORDER BY id")], np.int64)
 
-    def iter_chunk_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str, str]]]:
-        """(chunk id, document title, heading path, text) in batches: what re-embedding needs."""
-        rows = self.db.execute("SELECT c.id, d.title, c.heading, c.text FROM chunks c "
+    def iter_chunk_texts(self, batch: int = 256) -> Iterator[list[tuple[int, str | None, str, str | None, str]]]:
+        """(chunk id, document title, heading path, FAQ entry id, text) in batches: what re-embedding needs."""
+        rows = self.db.execute("SELECT c.id, d.title, c.heading, c.entry_id, c.text FROM chunks c "
                                "JOIN documents d ON d.id = c.document_id ORDER BY c.id").fetchall()
         for start in range(0, len(rows), batch):
             yield rows[start:start + batch]
 
-    def replace_vectors(self, rows: list[tuple[int, np.ndarray]]) -> None:
+    def replace_vectors(self, rows: list[tuple[int, np.ndarray]], places: list[tuple[int, np.ndarray]]) -> None:
+        """New vectors (and place vectors) for existing chunks: after a change of embedding model."""
         with self._writing():
             self.db.conn.executemany("UPDATE embeddings SET vector = ? WHERE chunk_id = ?",
                                      [(vector_blob(v), int(cid)) for cid, v in rows])
+            self.db.conn.executemany("INSERT OR REPLACE INTO places (chunk_id, vector) VALUES (?, ?)",
+                                     [(int(cid), vector_blob(v)) for cid, v in places])
             self._bump_generation()
 
     def text_stats(self) -> tuple[int, float]:

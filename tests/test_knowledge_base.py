@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from knowledge import EmbedderMismatchError, KnowledgeBase, UnknownDocumentError
+from knowledge.retrieval import PLACE_WEIGHT
 from runtime.embedder import Embedder
 
 NO_GATE = -1.0  # random tiny-model cosines say nothing about answerability
@@ -247,7 +248,8 @@ def test_hits_are_distinct_sections_and_say_what_their_score_is(tmp_path, embedd
             assert sorted(h.heading for h in hits) == ["Wipers > Blades", "Wipers > Fluid", "Wipers > Service"], mode
             assert {h.score_kind for h in hits} == {kind} and hits[0].to_dict()["score_kind"] == kind
         hybrid = kb.search("wiper blades fluid", k=3, mode="hybrid", min_score=NO_GATE)
-        assert all(h.score == h.scores["hybrid"] <= 2 / 61 and -1 <= h.scores["dense"] <= 1 for h in hybrid)
+        assert all(h.score == h.scores["hybrid"] <= (2 + PLACE_WEIGHT) / 61 and -1 <= h.scores["dense"] <= 1
+                   for h in hybrid)
         # a hit's whole section: every paragraph of it, in order, and nothing of the next section
         blade_hit = next(h for h in hits if h.heading == "Wipers > Blades")
         assert kb.section_text(blade_hit) == long_section
@@ -272,3 +274,61 @@ def test_the_sample_kb_is_held_once_whichever_checkout_filled_it(tmp_path, embed
         sources = sorted(d.source for d in kb.list_documents())
     wanted = sorted(str((SAMPLES / n).resolve()) for n in ("aurora_faq.jsonl", "aurora_faq_zh.jsonl", "aurora_manual.md"))
     assert sources == sorted([*wanted, str(mine.resolve())])
+
+
+def _placeless(kb_dir) -> int:
+    """Chunks without a place vector."""
+    with sqlite3.connect(kb_dir / "kb.sqlite") as db:
+        return db.execute("SELECT count(*) FROM chunks WHERE id NOT IN (SELECT chunk_id FROM places)").fetchone()[0]
+
+
+def _places(kb_dir) -> list[tuple[str, np.ndarray]]:
+    """(heading or FAQ entry id, place vector) of every place row, read from the SQLite file itself."""
+    with sqlite3.connect(kb_dir / "kb.sqlite") as db:
+        rows = db.execute("SELECT coalesce(c.entry_id, c.heading), p.vector FROM places p JOIN chunks c ON c.id = p.chunk_id")
+        return [(key, np.frombuffer(blob, "<f4")) for key, blob in rows]
+
+
+def test_places_are_embedded_kept_and_ranked(tmp_path, embedder):
+    """Each chunk's place (title + heading path, or the FAQ question) is embedded alone at ingest,
+    follows the chunk through update, delete and re-embedding, and is hybrid's third ranking; a KB
+    written before places ranks as it did until its documents are ingested again."""
+    docs = write_docs(tmp_path / "docs")
+    kb_dir = tmp_path / "kb"
+    with KnowledgeBase.open(kb_dir, embedder) as kb:
+        kb.ingest(docs, progress=False)
+        places = dict(_places(kb_dir))
+        texts = {"Driving > Regenerative braking > One-pedal mode": "Driving > Regenerative braking > One-pedal mode",
+                 "tpms": "What does the tyre light mean?", "tpms-zh": "胎压灯亮了是什么意思？"}
+        expected = dict(zip(texts, embedder.embed(list(texts.values())).vectors))
+        for key, vector in expected.items():
+            np.testing.assert_allclose(places[key], vector, atol=1e-5)
+        # the text file has neither title nor heading: its chunks are placed by their own words
+        assert _placeless(kb_dir) == 0
+        text_chunk = bm25(kb, "wallbox")[0]
+        np.testing.assert_array_equal(places[""], kb.store.vectors(np.array([text_chunk.chunk_id]), kb.dim)[0])
+
+        query = "lift off the pedal to stop"
+        hit = kb.search(query, k=1, mode="hybrid", min_score=NO_GATE)[0]
+        qvec = embedder.embed([query]).vectors[0]
+        key = hit.entry_id or hit.heading
+        assert hit.scores["place"] == pytest.approx(float(places[key] @ qvec), abs=1e-5)
+
+        kb.delete("faq.jsonl")
+        assert not {"tpms", "tpms-zh"} & {key for key, _ in _places(kb_dir)}  # no orphan rows
+        kb.rebuild_index(reembed=True)
+        np.testing.assert_allclose(dict(_places(kb_dir))[texts["Driving > Regenerative braking > One-pedal mode"]],
+                                   expected["Driving > Regenerative braking > One-pedal mode"], atol=1e-5)
+
+    # a KB from before: no place rows and the older chunker signature
+    with sqlite3.connect(kb_dir / "kb.sqlite") as db:
+        db.execute("DELETE FROM places")
+        db.execute("UPDATE documents SET chunker = 'v2:max=128:overlap=0.15'")
+    with KnowledgeBase.open(kb_dir, embedder) as kb:
+        hits = kb.search("lift off the pedal to stop", k=3, mode="hybrid", min_score=NO_GATE)
+        assert hits and all("place" not in h.scores and h.score <= 2 / 61 for h in hits)
+        again = kb.ingest(docs, progress=False)
+        assert len(again.updated) == 3  # re-chunked: vectors of unchanged chunks reused, their places embedded
+        assert _placeless(kb_dir) == 0
+        hits = kb.search("lift off the pedal to stop", k=3, mode="hybrid", min_score=NO_GATE)
+        assert all("place" in h.scores for h in hits)

@@ -32,7 +32,7 @@ def test_hybrid_recall(result):
                       for r in result.rows)
     print("\n" + table)
     hybrid = result.get("hybrid")
-    assert hybrid.n >= 100 and hybrid.recall[5] >= 0.95, table
+    assert hybrid.n >= 100 and hybrid.recall[1] >= 0.75 and hybrid.recall[5] >= 0.95, table
     # over both languages fusion beats either mode on its own
     assert hybrid.recall[5] > max(result.get("dense").recall[5], result.get("bm25").recall[5])
     assert hybrid.mrr > max(result.get("dense").mrr, result.get("bm25").mrr)
@@ -66,4 +66,4 @@ def test_real_documentation_pages(minilm_build, tmp_path):
             assert not any(chrome in c.text or chrome in c.heading for c in chunks), chrome
         result = evaluate(kb, load_questions(realdocs / "questions.jsonl"))
     hybrid = result.get("hybrid")
-    assert hybrid.n == 50 and hybrid.recall[1] >= 0.75 and hybrid.recall[5] >= 0.95, hybrid
+    assert hybrid.n == 50 and hybrid.recall[1] >= 0.85 and hybrid.recall[5] >= 0.95, hybrid
