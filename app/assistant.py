@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.answer.passage_kv import PASSAGE_KV_DIR, PassageKV
 from app.answer.pipeline import AnswerResult, GroundedGeneration, plan_answer
 from app.schemas import ChatRequest, Citation
 from app.settings import Settings
@@ -35,6 +36,7 @@ class Assistant:
         if rag:
             self.kb = KnowledgeBase.open(settings.kb, Embedder(settings.embedder, backend=settings.backend,
                                                                  threads=settings.threads, target=settings.qnn_target))
+        self.passage_kv = PassageKV(settings.kb / PASSAGE_KV_DIR) if rag and settings.passage_kv else None
         self.history: list[dict] = []
 
     def ask(self, question: str, voice: bool = False, keep_history: bool = False) -> Iterator[str]:
@@ -44,7 +46,8 @@ class Assistant:
         req = ChatRequest(messages=messages, voice=voice, rag=self.kb is not None)
         kb = self.kb if self.kb is not None and self.kb.stats()["chunks"] else None
         plan = plan_answer(req, self.llm, kb, s.default_max_tokens, s.rag_k, s.rag_min_score)
-        gen = GroundedGeneration(self.llm, plan, SamplingParams(repetition_penalty=s.default_repetition_penalty))
+        gen = GroundedGeneration(self.llm, plan, SamplingParams(repetition_penalty=s.default_repetition_penalty),
+                                 passage_kv=self.passage_kv)
         yield from gen
         answer = Answer(**vars(gen.result), citations=plan.citations)
         if keep_history:

@@ -216,10 +216,11 @@ def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: floa
 @click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
 @click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]")
 @click.option("--voice", is_flag=True, help="Grade the voice-mode answers.")
+@click.option("--passage-kv", is_flag=True, help="Place the passages' kept KV rows instead of prefilling them.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Also write the JSON result here.")
 @_json
 @_friendly
-def eval_answers(questions, llm, embedder, kb, backend, voice, out, as_json) -> None:
+def eval_answers(questions, llm, embedder, kb, backend, voice, passage_kv, out, as_json) -> None:
     """Strict answer grading: correct / partial / wrong, unsupported facts, refusals, per language."""
     from app.assistant import Assistant
     from app.bench.answers import evaluate_answers, format_summary, load_answer_questions
@@ -228,7 +229,7 @@ def eval_answers(questions, llm, embedder, kb, backend, voice, out, as_json) -> 
 
     items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")
     given = {"llm": llm, "embedder": embedder, "kb": kb, "backend": backend}
-    assistant = Assistant(Settings(**{k: v for k, v in given.items() if v is not None}))
+    assistant = Assistant(Settings(passage_kv=passage_kv, **{k: v for k, v in given.items() if v is not None}))
     result = evaluate_answers(assistant, items, voice=voice, progress=not as_json)
     if out:
         out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = 1024 * 1024  # chat and embeddings request bodies
     docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
 
+    # keep each passage's KV rows (under the KB directory, per LLM build) and place them into later
+    # prompts instead of prefilling the passage again (app/answer/passage_kv.py)
+    passage_kv: bool = False
     rag_k: int = 4
     rag_min_score: float | None = None  # None: the knowledge base's calibrated default
     default_max_tokens: int = 256

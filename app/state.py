@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from app.accelerator import Accelerator
+from app.answer.passage_kv import PASSAGE_KV_DIR, PassageKV
 from app.jobs import KnowledgeWriter
 from app.settings import Settings
 from app.uploads import clear_staging
@@ -27,6 +28,7 @@ class AppState:
     llm: LLM | None = None
     embedder: Embedder | None = None
     kb: KnowledgeBase | None = None
+    passage_kv: PassageKV | None = None  # with settings.passage_kv: the passages' kept KV rows
     started: float = field(default_factory=time.time)
 
     def load(self) -> None:
@@ -43,6 +45,8 @@ class AppState:
             self.embedder = Embedder(s.embedder, backend=s.backend, threads=s.threads, target=s.qnn_target)
             self.kb = _open_kb(s, self.embedder)
             clear_staging(self.kb.dir)
+            if s.passage_kv:
+                self.passage_kv = PassageKV(self.kb.dir / PASSAGE_KV_DIR)
             self.status = "ready"
             log.info("ready")
         except Exception as e:  # reported by /health; the server stays up to say why

@@ -18,7 +18,7 @@ from models.contract import contract_mismatch, is_inplace, rotary_tables
 from models.manifest import load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.graphs import graph_paths
-from runtime.kv_cache import StaticKVCache
+from runtime.kv_cache import KVRows, StaticKVCache, rerotate
 from runtime.session import open_graph
 
 
@@ -63,8 +63,9 @@ class Decoder:
         self.inplace = is_inplace(m.graphs[0].inputs)
         self.cache = StaticKVCache(self.n_layers, arch["n_kv_heads"], arch["head_dim"], self.context,
                                    dtype=self.kv_dtype, fill=fill, keys_transposed=not self.inplace)
+        self._rope = (arch["head_dim"], arch["rope_theta"])
         if not self.inplace:  # the rows contract takes each step's rotary rows from the host
-            self._cos, self._sin = rotary_tables(np.arange(self.context), arch["head_dim"], arch["rope_theta"])
+            self._cos, self._sin = rotary_tables(np.arange(self.context), *self._rope)
         self.tokens: list[int] = []  # what the cache holds, in order
         # every graph's inputs and outputs, allocated once; the KV I/O is the cache itself
         self.io = {g.seq: _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
@@ -81,6 +82,32 @@ class Decoder:
         """Keep only the first `length` cached tokens (for prefix reuse)."""
         self.cache.truncate(length)
         del self.tokens[length:]
+
+    def rows(self, start: int) -> KVRows:
+        """The cache rows of the tokens from `start` to the end, as float32 copies."""
+        self._need_float_cache()
+        keys, values = self.cache.read(start, self.cache.length)
+        return KVRows(self.tokens[start:], start, keys, values)
+
+    def place(self, rows: KVRows) -> None:
+        """Append rows kept from an earlier run (`rows`) as if their tokens had been fed here: keys
+        are re-rotated from their old positions to these, so no graph runs. Exact when the tokens
+        before them are the same as when they were computed; otherwise their rows never saw the new
+        context (the passage-KV approximation)."""
+        self._need_float_cache()
+        n = len(rows.tokens)
+        if self.cache.length + n > self.context:
+            raise ContextOverflowError(n, self.context, cached=self.cache.length)
+        cos, sin = rotary_tables([self.cache.length - rows.start], *self._rope)
+        for layer in range(self.n_layers):
+            self.cache.put(layer, rerotate(rows.keys[layer], cos[0], sin[0]), rows.values[layer])
+        self.cache.advance(n)
+        self.tokens.extend(rows.tokens)
+
+    def _need_float_cache(self) -> None:
+        if self.kv_dtype != np.float32:
+            raise RuntimeModelError(f"{self.manifest.name} keeps its KV cache as {self.kv_dtype}; passage KV "
+                                    "needs a float cache (the CPU target's builds)")
 
     def feed(self, ids: list[int]) -> np.ndarray:
         """Append tokens; returns float32 logits [vocab] for the last one."""

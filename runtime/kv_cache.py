@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,6 +32,7 @@ class StaticKVCache:
             raise ValueError(f"fill needs one (key, value) pair per layer ({n_layers}), got {len(fills)}")
         rows = (1, n_kv_heads, slots, head_dim)
         key_shape = (1, n_kv_heads, head_dim, slots) if keys_transposed else rows
+        self.keys_transposed = keys_transposed
         self.keys = [np.full(key_shape, k or 0, self.dtype) for k, _ in fills]
         self.values = [np.full(rows, v or 0, self.dtype) for _, v in fills]
         self.length = 0
@@ -44,6 +46,21 @@ class StaticKVCache:
         self.keys[layer][:, :, :, start:start + count] = new_key[:, :, :, -count:]
         self.values[layer][:, :, start:start + count, :] = new_value[:, :, -count:, :]
 
+    def read(self, start: int, end: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Copies of the rows of slots start..end-1, per layer keys and values as [KV, n, d]."""
+        keys = [(k[0, :, :, start:end].swapaxes(-1, -2) if self.keys_transposed else k[0, :, start:end]).copy()
+                for k in self.keys]
+        return keys, [v[0, :, start:end].copy() for v in self.values]
+
+    def put(self, layer: int, key: np.ndarray, value: np.ndarray) -> None:
+        """Store rows [KV, n, d] at the current length (converted to the cache's type)."""
+        start, n = self.length, key.shape[-2]
+        if self.keys_transposed:
+            self.keys[layer][0, :, :, start:start + n] = key.swapaxes(-1, -2)
+        else:
+            self.keys[layer][0, :, start:start + n] = key
+        self.values[layer][0, :, start:start + n] = value
+
     def advance(self, count: int) -> None:
         self.length += count
 
@@ -54,3 +71,27 @@ class StaticKVCache:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.values)
+
+
+@dataclass
+class KVRows:
+    """The cache rows a run of tokens left, per layer keys and values [KV, n, d] (keys already
+    rotated for positions start..start+n-1), kept to be placed again later (passage KV)."""
+
+    tokens: list[int]
+    start: int
+    keys: list[np.ndarray]
+    values: list[np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.keys) + sum(a.nbytes for a in self.values)
+
+
+def rerotate(keys: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Keys [..., n, d] rotated (rotate-half rotary) by one more angle per frequency, cos/sin [d/2]:
+    rotations compose, so keys rotated for position p become keys for p + delta when cos/sin are
+    those of delta (models/contract.rotary_tables)."""
+    half = keys.shape[-1] // 2
+    k1, k2 = keys[..., :half], keys[..., half:]
+    return np.concatenate([k1 * cos - k2 * sin, k2 * cos + k1 * sin], axis=-1)

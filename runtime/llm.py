@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from runtime.chat_template import ChatTemplate
 from runtime.decoder import Decoder
 from runtime.errors import ContextOverflowError, RuntimeModelError
+from runtime.kv_cache import KVRows
 from runtime.sampling import SamplingParams, sample_next
 from runtime.textstream import IncrementalDetokenizer, StopStringFilter
 
@@ -41,6 +42,7 @@ class GenerationResult:
     prefill_s: float
     decode_s: float
     timings: dict = field(default_factory=dict)
+    placed_tokens: int = 0  # prompt tokens whose kept KV rows were placed rather than prefilled
 
     @property
     def completion_tokens(self) -> int:
@@ -48,7 +50,7 @@ class GenerationResult:
 
     @property
     def prefill_tok_s(self) -> float:
-        fed = self.prompt_tokens - self.cached_tokens
+        fed = self.prompt_tokens - self.cached_tokens - self.placed_tokens
         return fed / self.prefill_s if self.prefill_s > 0 else 0.0
 
     @property
@@ -88,6 +90,8 @@ class LLM:
         self.decoder = Decoder(model_dir, backend=backend, threads=threads, prepack=prepack, target=target)
         m = self.decoder.manifest
         self.name = m.name
+        # identity of what the graphs compute: this build's weights (KV rows kept from it are its own)
+        self.model_id = f"{m.name}:{m.files.get(m.weights_file, '')[:16]}"
         self.context = self.decoder.context
         self.tokenizer = Tokenizer.from_file(str(self.decoder.dir / m.tokenizer.file))
         self.tokenizer.no_padding()
@@ -106,10 +110,11 @@ class LLM:
             raise RuntimeModelError(f"model {self.name} has no chat template; use a plain prompt")
         return self.template.render(messages, add_generation_prompt=True)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of a prompt; special tokens written in the text (from a chat template) are kept."""
+    def encode(self, text: str, bos: bool = True) -> list[int]:
+        """Token ids of a prompt; special tokens written in the text (from a chat template) are kept.
+        `bos=False`: a piece of a prompt, never its start."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        if self.add_bos and self.bos_id is not None and (not ids or ids[0] != self.bos_id):
+        if bos and self.add_bos and self.bos_id is not None and (not ids or ids[0] != self.bos_id):
             ids.insert(0, self.bos_id)
         return ids
 
@@ -117,26 +122,62 @@ class LLM:
         return self.encode(self.chat_prompt(messages))
 
     # ---- generation -------------------------------------------------------------------
+    def kv_rows(self, prefix: list[int], ids: list[int]) -> KVRows:
+        """The KV rows `ids` leave in the cache right after `prefix`, to be placed into later prompts
+        (`generate(placed=...)`); the cache keeps the prefix."""
+        with self._busy:
+            dec = self.decoder
+            dec.rewind(min(common_prefix(dec.tokens, prefix), len(prefix)))
+            if len(dec.tokens) < len(prefix):
+                dec.feed(prefix[len(dec.tokens):])
+            dec.feed(ids)
+            rows = dec.rows(len(prefix))
+            dec.rewind(len(prefix))
+            return rows
+
     def generate(self, prompt_ids: list[int], max_new_tokens: int = 256, sampling: SamplingParams | None = None,
-                 stop: list[str] | None = None, cancel: threading.Event | None = None) -> Generation:
+                 stop: list[str] | None = None, cancel: threading.Event | None = None,
+                 placed: dict[int, KVRows] | None = None) -> Generation:
+        """`placed`: prompt offset -> kept rows of the tokens starting there (`kv_rows`), placed into
+        the cache instead of prefilled (re-rotated to their new positions)."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.context:  # at least one slot must stay free for the answer
             raise ContextOverflowError(len(prompt_ids), self.context)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        end = 0
+        for offset, rows in sorted((placed or {}).items()):
+            if offset < end or prompt_ids[offset:offset + len(rows.tokens)] != rows.tokens:
+                raise ValueError(f"the rows placed at {offset} are not of the prompt's tokens there")
+            end = offset + len(rows.tokens)
         return Generation(self._steps(list(prompt_ids), max_new_tokens, sampling or SamplingParams(),
-                                      stop or [], cancel or threading.Event()))
+                                      stop or [], cancel or threading.Event(), placed or {}))
+
+    def _prefill(self, prompt: list[int], cached: int, placed: dict[int, KVRows]):
+        """Feed the prompt from `cached` on, placing kept rows where they start at or after it (the
+        last token is always fed: its logits start the answer). Returns (logits, tokens placed)."""
+        dec, pos, count, logits = self.decoder, cached, 0, None
+        starts = sorted(o for o in placed if o >= cached and o + len(placed[o].tokens) < len(prompt))
+        for offset in [*starts, len(prompt)]:
+            if offset > pos:
+                logits = dec.feed(prompt[pos:offset])
+                pos = offset
+            if offset < len(prompt):
+                dec.place(placed[offset])
+                pos += len(placed[offset].tokens)
+                count += len(placed[offset].tokens)
+        return logits, count
 
     def _steps(self, prompt: list[int], max_new: int, sampling: SamplingParams, stops: list[str],
-               cancel: threading.Event):
+               cancel: threading.Event, placed: dict[int, KVRows]):
         with self._busy:
             start = time.perf_counter()
             dec = self.decoder
             # prefix reuse: keep what the cache already holds of this prompt, feed only the rest
             cached = min(common_prefix(dec.tokens, prompt), len(prompt) - 1)
             dec.rewind(cached)
-            logits = dec.feed(prompt[cached:])
+            logits, placed_count = self._prefill(prompt, cached, placed)
             prefill_s = time.perf_counter() - start
 
             rng = sampling.rng()
@@ -177,5 +218,5 @@ class LLM:
             return GenerationResult(
                 token_ids=out_ids, text="".join(text), finish_reason=finish, prompt_tokens=len(prompt),
                 cached_tokens=cached, ttft_s=ttft or (time.perf_counter() - start), prefill_s=prefill_s,
-                decode_s=time.perf_counter() - decode_start,
+                decode_s=time.perf_counter() - decode_start, placed_tokens=placed_count,
             )

@@ -108,3 +108,37 @@ def with_passages(messages: list[dict], passages: list[Passage]) -> list[dict]:
     block = "\n\n".join(p.render() for p in passages)
     turn = {"role": "user", "content": f"{block}\n\nQuestion: {messages[last]['content']}"}
     return messages[:last] + [turn] + messages[last + 1:]
+
+
+@dataclass
+class PassagePrompt:
+    """A prompt's token ids with each passage's span, so the rows of a passage's tokens can be kept
+    and placed (answer/passage_kv.py)."""
+
+    ids: list[int]
+    spans: list[tuple[int, int]]  # (offset, length) of the tokens lying wholly inside each passage
+    prefix: list[int]  # what a one-turn prompt with these instructions has before its first passage
+
+
+_SLOT = "\ue000"  # a private-use character marks where the user turn's content goes
+
+
+def passage_prompt(llm, messages: list[dict], passages: list[Passage]) -> PassagePrompt:
+    """The `with_passages` prompt of `messages` (system turn already in place) encoded whole, as
+    before, with the spans read from the tokens' character offsets: a token crossing a passage's
+    edge (Qwen's ".\n\n" is one) belongs to no span and is prefilled."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    text = llm.chat_prompt(with_passages(messages, passages))
+    head = llm.chat_prompt(messages[:last] + [{"role": "user", "content": _SLOT}] + messages[last + 1:]).split(_SLOT)[0]
+    ids = llm.encode(text)
+    encoding = llm.tokenizer.encode(text, add_special_tokens=False)
+    shift = len(ids) - len(encoding.ids)  # a BOS the model adds
+    spans, start = [], len(head)
+    for p in passages:
+        end = start + len(p.render())
+        inside = [i + shift for i, (a, b) in enumerate(encoding.offsets) if a >= start and b <= end]
+        spans.append((inside[0], len(inside)) if inside else (0, 0))
+        start = end + 2  # the blank line between passages
+    system = [m for m in messages if m["role"] == "system"]
+    prefix = llm.encode(llm.chat_prompt(system + [{"role": "user", "content": _SLOT}]).split(_SLOT)[0])
+    return PassagePrompt(ids, [s for s in spans if s[1]], prefix)

@@ -24,8 +24,8 @@ from functools import partial
 
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_phone, states_quantity
-from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, select,
-                                 with_passages)
+from app.answer.passage_kv import PassageKV
+from app.answer.passages import INSTRUCTIONS, Passage, confidence, confident, language, passage_prompt, select
 from app.answer.question import (answers_kind, asks_phone, asks_quantity, meant, on_topic, parts, unit_of,
                                  wanted_units)
 from app.answer.relevance import Confidence, content_words, terms
@@ -56,6 +56,8 @@ class AnswerPlan:
     voice: bool
     grounded: bool  # False: a plain chat (RAG off or no knowledge base)
     prompt_ids: list[int] = field(default_factory=list)
+    passage_spans: list[tuple[int, int]] = field(default_factory=list)  # (offset, length) in prompt_ids
+    kv_prefix: list[int] = field(default_factory=list)  # what passage KV rows are computed after
     max_tokens: int = 0
     passages: list[Passage] = field(default_factory=list)
     confidence: Confidence | None = None
@@ -199,8 +201,8 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         kinds = [part for part in asked if not answers_kind(part, "")]
         if kinds and len(plan.supplement) == len(kinds) and not plan.missing_topic:
             plan.part_quote = join_sentences(list(dict.fromkeys(s for _, s in plan.supplement)))
-    prompt = _with_system(with_passages(messages, plan.passages), [INSTRUCTIONS, *voice])
-    plan.prompt_ids = llm.encode_chat(prompt)
+    built = passage_prompt(llm, _with_system(messages, [INSTRUCTIONS, *voice]), plan.passages)
+    plan.prompt_ids, plan.passage_spans, plan.kv_prefix = built.ids, built.spans, built.prefix
     if len(plan.prompt_ids) >= llm.context:
         raise ContextOverflowError(len(plan.prompt_ids), llm.context)
     plan.max_tokens = min(max_tokens, llm.context - len(plan.prompt_ids))
@@ -258,8 +260,10 @@ class GroundedGeneration:
     """Iterate for the answer's text pieces (verified sentences); `result` is set at the end."""
 
     def __init__(self, llm: LLM, plan: AnswerPlan, sampling: SamplingParams, stop: list[str] | None = None,
-                 cancel: threading.Event | None = None):
+                 cancel: threading.Event | None = None, passage_kv: PassageKV | None = None):
+        """`passage_kv`: place the passages' kept KV rows instead of prefilling them."""
         self.llm, self.plan, self.sampling, self.stop = llm, plan, sampling, stop or []
+        self.passage_kv = passage_kv
         self.cancel = cancel or threading.Event()
         self.result: AnswerResult | None = None
         self._pieces: list[str] = []
@@ -310,7 +314,7 @@ class GroundedGeneration:
                             plan.missing_topic, plan.unnamed)
         need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
         gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
-                                stop=self.stop, cancel=self.cancel)
+                                stop=self.stop, cancel=self.cancel, placed=self._placed())
         held, released, unsupported = [], [], []
         verdict, marker = None, ""
         sentences = _sentences(gen)
@@ -390,6 +394,17 @@ class GroundedGeneration:
                 self._sep = " "  # the model's last sentence ended the stream without a space
             yield from self._emit(sentence)
         return added
+
+    def _placed(self) -> dict:
+        """The passages' kept rows by prompt offset (computed and kept on first use)."""
+        if self.passage_kv is None:
+            return {}
+        started = time.perf_counter()
+        ids = self.plan.prompt_ids
+        placed = {offset: self.passage_kv.rows(self.llm, self.plan.kv_prefix, ids[offset:offset + n])
+                  for offset, n in self.plan.passage_spans}
+        self._timings["passage_kv_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        return placed
 
     def _plain(self):
         """No knowledge base: the model's text as it comes (voice still sentence by sentence)."""

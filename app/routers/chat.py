@@ -111,7 +111,7 @@ async def chat_completions(req: ChatRequest, state: Ready, request: Request):
         return JSONResponse(completion.response(gen.result))
 
     def start(cancel):
-        return GroundedGeneration(state.llm, plan, sampling, stop=req.stop, cancel=cancel)
+        return GroundedGeneration(state.llm, plan, sampling, stop=req.stop, cancel=cancel, passage_kv=state.passage_kv)
 
     if not req.stream:
         return await _unless_disconnected(request, _complete(state, completion, start))

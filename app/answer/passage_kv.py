@@ -1,0 +1,92 @@
+"""Passage KV: the KV rows of a passage computed once, kept, and placed into every later prompt that
+shows the same passage, so prefill covers only the question (runtime Decoder.place re-rotates the
+keys to where the passage lands).
+
+A passage's rows are computed right after the instructions' system turn and the user turn's
+opening: exact for the first passage of a one-turn question, an approximation for the others (they
+never attended to the passages before them). Kept in memory and, with a directory, on disk as
+float16 .npz files named by a hash of the model, the preceding tokens and the passage's tokens:
+another model or other instructions simply miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from runtime.kv_cache import KVRows
+from runtime.llm import LLM
+
+PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
+MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
+
+
+class PassageKV:
+    def __init__(self, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES):
+        self.dir = Path(directory) if directory is not None else None
+        self.memory_bytes = memory_bytes
+        self._memory: OrderedDict[str, KVRows] = OrderedDict()
+        self._lock = threading.Lock()
+        self.computed = self.loaded = self.hits = 0  # where rows came from, for reports
+
+    def rows(self, llm: LLM, prefix: list[int], ids: list[int]) -> KVRows:
+        """The rows of `ids` after `prefix`: from memory, else from disk, else computed (and kept)."""
+        key = hashlib.sha256(f"{llm.model_id}|{prefix}|{ids}".encode()).hexdigest()
+        with self._lock:
+            if key in self._memory:
+                self._memory.move_to_end(key)
+                self.hits += 1
+                return self._memory[key]
+        rows = self._load(key, ids, len(prefix))
+        if rows is None:
+            rows = _as_kept(llm.kv_rows(prefix, ids))
+            self.computed += 1
+            self._save(key, rows)
+        else:
+            self.loaded += 1
+        with self._lock:
+            self._memory[key] = rows
+            while sum(r.nbytes for r in self._memory.values()) > self.memory_bytes and len(self._memory) > 1:
+                self._memory.popitem(last=False)
+        return rows
+
+    def _path(self, key: str) -> Path | None:
+        return self.dir / key[:2] / f"{key}.npz" if self.dir is not None else None
+
+    def _load(self, key: str, ids: list[int], start: int) -> KVRows | None:
+        path = self._path(key)
+        if path is None or not path.is_file():
+            return None
+        try:
+            with np.load(path) as f:
+                layers = int(f["layers"])
+                keys = [f[f"k{i}"].astype(np.float32) for i in range(layers)]
+                values = [f[f"v{i}"].astype(np.float32) for i in range(layers)]
+        except (OSError, ValueError, KeyError):  # a damaged file is a miss; the next save replaces it
+            return None
+        return KVRows(list(ids), start, keys, values)
+
+    def _save(self, key: str, rows: KVRows) -> None:
+        path = self._path(key)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {f"k{i}": k.astype(np.float16) for i, k in enumerate(rows.keys)}
+        arrays |= {f"v{i}": v.astype(np.float16) for i, v in enumerate(rows.values)}
+        # written whole, then renamed: a reader never sees half a file
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as out:
+            np.savez(out, layers=np.int64(len(rows.keys)), **arrays)
+        os.replace(tmp, path)
+
+
+def _as_kept(rows: KVRows) -> KVRows:
+    """Rows rounded through float16, the precision they are kept in: the same from memory or disk."""
+    return KVRows(rows.tokens, rows.start, [k.astype(np.float16).astype(np.float32) for k in rows.keys],
+                  [v.astype(np.float16).astype(np.float32) for v in rows.values])
