@@ -176,6 +176,9 @@ class LLM:
             dec = self.decoder
             # prefix reuse: keep what the cache already holds of this prompt, feed only the rest
             cached = min(common_prefix(dec.tokens, prompt), len(prompt) - 1)
+            # kept rows that the reused prefix covers only in part are placed whole: cheaper than
+            # feeding their rest ("Passage 1 (FAQ: " is common to many prompts)
+            cached = min([cached] + [o for o, rows in placed.items() if o < cached < o + len(rows.tokens)])
             dec.rewind(cached)
             logits, placed_count = self._prefill(prompt, cached, placed)
             prefill_s = time.perf_counter() - start

@@ -60,3 +60,53 @@ def test_generation_with_placed_rows_equals_prefill(model):
     assert got.placed_tokens == len(PASSAGE) and got.cached_tokens == len(PREFIX)
     with pytest.raises(ValueError, match="not of the prompt's tokens"):
         llm.generate(TAIL + PASSAGE + PREFIX, placed={len(PREFIX): rows})
+
+
+def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
+    from app.answer.passage_kv import PassageKV
+
+    llm = LLM(tiny_builds["llama"])
+    store = PassageKV(tmp_path / "kv")
+    rows = store.rows(llm, PREFIX, PASSAGE)
+    assert store.computed == 1 and len(list((tmp_path / "kv").rglob("*.npz"))) == 1
+    assert store.rows(llm, PREFIX, PASSAGE) is rows and store.hits == 1
+
+    reopened = PassageKV(tmp_path / "kv")  # another process: from disk, not recomputed
+    again = reopened.rows(llm, PREFIX, PASSAGE)
+    assert reopened.loaded == 1 and reopened.computed == 0 and again.tokens == PASSAGE
+    fresh = LLM(tiny_builds["llama"]).kv_rows(PREFIX, PASSAGE)  # kept as float16
+    for kept, want in zip(again.keys + again.values, fresh.keys + fresh.values):
+        np.testing.assert_allclose(kept, want, rtol=1e-3, atol=1e-3)
+
+    reopened.rows(llm, FILLER, PASSAGE)  # other preceding tokens: other rows
+    other_model = LLM(tiny_builds["qwen2"])
+    reopened.rows(other_model, PREFIX, PASSAGE)  # another model never reads this one's rows
+    assert reopened.computed == 2 and len(list((tmp_path / "kv").rglob("*.npz"))) == 3
+
+    for path in (tmp_path / "kv").rglob("*.npz"):  # a damaged file is a miss, recomputed and replaced
+        path.write_bytes(b"not an npz")
+    damaged = PassageKV(tmp_path / "kv")
+    damaged.rows(llm, PREFIX, PASSAGE)
+    assert damaged.computed == 1 and PassageKV(tmp_path / "kv").rows(llm, PREFIX, PASSAGE).tokens == PASSAGE
+
+
+@pytest.mark.slow
+def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sample_kb, tmp_path):
+    """SmolLM2 on the sample KB: an answer keeps its passages' rows under the KB; a later question
+    showing the same passage (after another question took over the cache) places them instead of
+    prefilling them, and stays grounded."""
+    import shutil
+
+    from app.assistant import Assistant
+    from app.settings import Settings
+
+    kb = shutil.copytree(sample_kb, tmp_path / "kb")
+    assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb, passage_kv=True))
+    first = assistant.answer("What is the roadside assistance phone number?")
+    # computed on first use (a prefill of the passage alone), then placed like any kept rows
+    assert first.timings["placed_tokens"] > 0 and assistant.passage_kv.computed >= 1
+    assert len(list((kb / "passage_kv").rglob("*.npz"))) == assistant.passage_kv.computed
+    assistant.answer("What tyre pressure should I use?")
+    again = assistant.answer("Which number do I call for roadside assistance?")
+    assert again.timings["placed_tokens"] > 0 and again.timings["passage_kv_ms"] < 50  # from memory
+    assert "800-555-0199" in first.text and "800-555-0199" in again.text

@@ -353,6 +353,8 @@ class GroundedGeneration:
         finish = "stop" if verdict else result.finish_reason
         self._timings["prefill_ms"] = round(result.prefill_s * 1000, 1)
         self._timings["first_token_ms"] = round(result.ttft_s * 1000, 1)
+        if self.passage_kv is not None:  # prompt tokens whose kept rows were placed, not prefilled
+            self._timings["placed_tokens"] = result.placed_tokens
         if released:
             released += yield from self._complete(released, verifier)
             reason = "every stated fact is in the passages" + (
