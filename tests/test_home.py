@@ -98,6 +98,8 @@ def test_commands_find_the_home_from_any_directory(env, tmp_path, elsewhere, doc
         r = httpx.post(srv.url + "/v1/knowledge/search", json={"query": "wallbox overnight", "mode": "bm25"},
                        timeout=60)
         assert r.status_code == 200 and {Path(h["source"]).name for h in r.json()["data"]} == {"manual.md"}, r.text
+        # the score says what it is: BM25 in bm25 mode, the same number as its signal
+        assert all(h["score_kind"] == "bm25" and h["score"] == h["scores"]["bm25"] > 0 for h in r.json()["data"])
     finally:
         srv.stop()
     assert list(elsewhere.iterdir()) == []  # nothing of hexrag's was written where the commands ran

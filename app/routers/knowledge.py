@@ -111,5 +111,6 @@ async def delete_document(state: Ready, source: str | None = None,
 async def search(req: SearchRequest, state: Ready):
     hits = await run_in_threadpool(state.kb.search, req.query, k=req.k, mode=req.mode, min_score=req.min_score)
     return {"object": "list", "data": [
-        {"text": h.text, "source": h.name, "heading": h.heading, "entry_id": h.entry_id, "score": h.score}
+        {"text": h.text, "source": h.name, "heading": h.heading, "entry_id": h.entry_id, "score": h.score,
+         "score_kind": h.score_kind, "scores": h.scores}
         for h in hits]}
