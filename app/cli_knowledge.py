@@ -153,6 +153,32 @@ def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
     click.echo(f"rebuilt: {stats['chunks']} chunks, {stats['index_kind']} index, model {stats['model_id']}")
 
 
+@kb.command("passage-kv")
+@_kb
+@click.option("--llm", "llm_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="The LLM the server answers with [env HEXRAG_LLM; default: the one quickstart built].")
+@click.option("--voice/--no-voice", default=True, show_default=True,
+              help="Also for voice answers (their instructions differ, so their rows do too).")
+@_friendly
+def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
+    """Compute and keep every passage's KV rows for `serve --passage-kv` (one prefill of each chunk):
+    the first question about any entry then waits only for its own tokens. Rows are kept per LLM
+    build under the KB directory; a KB changed later computes the new passages on first use."""
+    from app.answer.passage_kv import PASSAGE_KV_DIR, PassageKV, prepare
+    from models.home import llm_dir as default_llm_dir
+    from runtime.llm import LLM
+
+    llm = LLM(llm_dir or default_llm_dir())
+    with _open(kb_dir, embedder=False) as base:
+        store = PassageKV(base.dir / PASSAGE_KV_DIR)
+        for spoken in ([False, True] if voice else [False]):
+            computed = prepare(llm, base, store, voice=spoken)
+            click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, "
+                       f"{store.loaded} already kept")
+    size = sum(p.stat().st_size for p in (base.dir / PASSAGE_KV_DIR).rglob("*.npz"))
+    click.echo(f"{base.dir / PASSAGE_KV_DIR}: {size / 2**20:.1f} MB for {llm.name}")
+
+
 @kb.command("check")
 @_kb
 @_friendly

@@ -342,6 +342,13 @@ class KnowledgeBase:
                 return ranking[:want], dict(raw)  # deeper fused lists only add noise (FUSION_DEPTH)
             n *= 4
 
+    def all_hits(self) -> list[Hit]:
+        """Every chunk as a hit (score 0), in id order: for work over the whole KB."""
+        with self._lock, self.store.reading():
+            records = self.store.chunks(self.store.chunk_ids().tolist())
+        return [Hit(r.id, r.text, r.source, r.name, r.heading, r.entry_id, 0.0, {}, r.start, r.end, r.document_id)
+                for r in records.values()]
+
     def unknown_share(self, text: str) -> float:
         """Share of the text's tokens the embedder only knows as its unknown token ([UNK])."""
         tokenizer = self._need_embedder().tokenizer

@@ -110,3 +110,28 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     again = assistant.answer("Which number do I call for roadside assistance?")
     assert again.timings["placed_tokens"] > 0 and again.timings["passage_kv_ms"] < 50  # from memory
     assert "800-555-0199" in first.text and "800-555-0199" in again.text
+
+
+@pytest.mark.slow
+def test_kb_passage_kv_keeps_every_chunk_once(smollm_build, tiny_builds, docs, tmp_path):
+    """`hexrag kb passage-kv` computes one file per chunk and answer style, and nothing the second time."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "HEXRAG_KB": str(tmp_path / "kb"), "HEXRAG_EMBEDDER": str(tiny_builds["bert"]),
+           "HEXRAG_LLM": str(smollm_build)}
+    root = Path(__file__).resolve().parents[1]
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=300,
+                              cwd=root, env=env)
+
+    assert cli("ingest", str(docs), "--quiet").returncode == 0
+    first = cli("kb", "passage-kv")
+    assert first.returncode == 0, first.stderr
+    assert "text answers: 2 passages computed" in first.stdout and "voice answers: 2 passages computed" in first.stdout
+    assert len(list((tmp_path / "kb" / "passage_kv").rglob("*.npz"))) == 4
+    again = cli("kb", "passage-kv", "--no-voice")
+    assert "text answers: 0 passages computed, 2 already kept" in again.stdout, again.stdout

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.answer.passages import INSTRUCTIONS, Passage, passage_prompt, with_system
+from app.voice import VOICE_INSTRUCTIONS
 from runtime.kv_cache import KVRows
 from runtime.llm import LLM
 
@@ -90,3 +92,19 @@ def _as_kept(rows: KVRows) -> KVRows:
     """Rows rounded through float16, the precision they are kept in: the same from memory or disk."""
     return KVRows(rows.tokens, rows.start, [k.astype(np.float16).astype(np.float32) for k in rows.keys],
                   [v.astype(np.float16).astype(np.float32) for v in rows.values])
+
+
+def prepare(llm: LLM, kb, store: PassageKV, voice: bool, progress: bool = True) -> int:
+    """Keep the rows of every chunk of the KB as an answer shows it first (its FAQ entry, or its
+    chunk of a section), after the instructions of text answers or of voice answers: what the first
+    question about any entry then places instead of prefilling. Returns the passages computed."""
+    from tqdm import tqdm
+
+    instructions = [INSTRUCTIONS, VOICE_INSTRUCTIONS] if voice else [INSTRUCTIONS]
+    messages = with_system([{"role": "user", "content": "?"}], instructions)
+    before = store.computed
+    for hit in tqdm(kb.all_hits(), unit="passage", disable=not progress, desc="passage KV", leave=False):
+        built = passage_prompt(llm, messages, [Passage.of(1, hit)])
+        for offset, n in built.spans:
+            store.rows(llm, built.prefix, built.ids[offset:offset + n])
+    return store.computed - before

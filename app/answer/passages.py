@@ -102,6 +102,15 @@ def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES,
     return [h for h in ranked[:limit] if close(h, BUDGET_MARGIN, BUDGET_SHARE)]
 
 
+def with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
+    """One system turn first: the instructions, then any system text of the request's own."""
+    if not instructions:
+        return messages
+    user_system = [m["content"] for m in messages if m["role"] == "system"]
+    system = "\n\n".join([*instructions, *user_system])
+    return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
+
+
 def with_passages(messages: list[dict], passages: list[Passage]) -> list[dict]:
     """Instructions as the system turn, the passages beside the last question."""
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")

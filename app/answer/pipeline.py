@@ -25,7 +25,8 @@ from functools import partial
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_phone, states_quantity
 from app.answer.passage_kv import PassageKV
-from app.answer.passages import INSTRUCTIONS, Passage, confidence, confident, language, passage_prompt, select
+from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, passage_prompt, select,
+                                 with_system)
 from app.answer.question import (answers_kind, asks_phone, asks_quantity, meant, on_topic, parts, unit_of,
                                  wanted_units)
 from app.answer.relevance import Confidence, content_words, terms
@@ -103,14 +104,6 @@ def retrieval_query(messages: list[dict]) -> str:
     return meant(users[-1])
 
 
-def _with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
-    if not instructions:
-        return messages
-    user_system = [m["content"] for m in messages if m["role"] == "system"]
-    system = "\n\n".join([*instructions, *user_system])
-    return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
-
-
 def _fit(llm: LLM, kb, asked: list[str], hits, budget: int) -> list[Passage]:
     """The chosen hits as numbered passages, as many as fit the token budget, best first. A chunk
     that states nothing of a kind the question asks for ("what's the fastest I should go?" matched
@@ -148,7 +141,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         plan.timings["plan_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return plan
 
-    base_ids = llm.encode_chat(_with_system(messages, voice))
+    base_ids = llm.encode_chat(with_system(messages, voice))
     if len(base_ids) >= llm.context:
         raise ContextOverflowError(len(base_ids), llm.context)
     if not plan.grounded:
@@ -201,7 +194,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         kinds = [part for part in asked if not answers_kind(part, "")]
         if kinds and len(plan.supplement) == len(kinds) and not plan.missing_topic:
             plan.part_quote = join_sentences(list(dict.fromkeys(s for _, s in plan.supplement)))
-    built = passage_prompt(llm, _with_system(messages, [INSTRUCTIONS, *voice]), plan.passages)
+    built = passage_prompt(llm, with_system(messages, [INSTRUCTIONS, *voice]), plan.passages)
     plan.prompt_ids, plan.passage_spans, plan.kv_prefix = built.ids, built.spans, built.prefix
     if len(plan.prompt_ids) >= llm.context:
         raise ContextOverflowError(len(plan.prompt_ids), llm.context)
