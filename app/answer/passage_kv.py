@@ -3,10 +3,10 @@ shows the same passage, so prefill covers only the question (runtime Decoder.pla
 keys to where the passage lands).
 
 A passage's rows are computed right after the instructions' system turn and the user turn's
-opening: exact for the first passage of a one-turn question, an approximation for the others (they
-never attended to the passages before them). Kept in memory and, with a directory, on disk as
-float16 .npz files named by a hash of the model, the preceding tokens and the passage's tokens:
-another model or other instructions simply miss.
+opening, so they are exactly what prefill makes for the first passage of a one-turn question; the
+answer layer places only that one (GroundedGeneration._placed says why). Kept in memory and, with
+a directory, on disk as float16 .npz files named by a hash of the model, the preceding tokens and
+the passage's tokens: another model or other instructions simply miss.
 """
 
 from __future__ import annotations
