@@ -18,6 +18,15 @@ SAMPLES = Path(__file__).resolve().parents[1] / "knowledge" / "samples"
 # small static shapes keep CPU and simulator runs quick; the tiny models have 128 positions
 TINY_CONTEXT = 64
 TINY_PREFILL = (16, 4)
+# the fixtures that stand on real packaged weights: every test using one is `slow` (tests that fetch
+# weights themselves carry the mark by hand), so `pytest -m "not slow"` runs on tiny models only
+REAL_WEIGHT_FIXTURES = {"smollm_gguf", "minilm_dir", "smollm_build", "minilm_build", "sample_kb", "server"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if REAL_WEIGHT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,6 @@ def test_quick_report_has_sane_values_and_passes_the_committed_baseline(quick_ru
     r = json.loads(out.read_text())
     assert r["mode"] == "quick" and set(r) >= {"retrieval", "embedder_quantization", "llm_quantization", "answers",
                                                "rag_ttft", "speed", "gate", "commit", "seconds"}
-    assert r["seconds"] < 110
     hybrid = next(x for x in r["retrieval"]["results"] if x["mode"] == "hybrid" and x["lang"] == "all")
     assert hybrid["questions"] >= 100 and 0.5 < hybrid["recall@5"] <= 1 and 0 < hybrid["mrr"] <= hybrid["recall@5"]
     assert r["embedder_quantization"]["embedding_cosine"] > 0.999

@@ -107,8 +107,10 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     assert first.timings["placed_tokens"] > 0 and assistant.passage_kv.computed >= 1
     assert len(list((kb / "passage_kv").rglob("*.npz"))) == assistant.passage_kv.computed
     assistant.answer("What tyre pressure should I use?")
+    kept = assistant.passage_kv.computed, assistant.passage_kv.hits
     again = assistant.answer("Which number do I call for roadside assistance?")
-    assert again.timings["placed_tokens"] > 0 and again.timings["passage_kv_ms"] < 50  # from memory
+    assert again.timings["placed_tokens"] > 0
+    assert assistant.passage_kv.computed == kept[0] and assistant.passage_kv.hits > kept[1]  # from memory
     assert "800-555-0199" in first.text and "800-555-0199" in again.text
 
 

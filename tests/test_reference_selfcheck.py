@@ -128,6 +128,7 @@ def test_smollm2_answers_paris():
     assert "Paris" in text, text
 
 
+@pytest.mark.slow
 def test_minilm_ranks_tyre_sentences():
     from tokenizers import Tokenizer
 
