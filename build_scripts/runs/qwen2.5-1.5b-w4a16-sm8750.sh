@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 1.5B NPU build (issue #4's acceptance run; a script, not part of CI):
+# The 1.5B NPU build (the measured build of docs/benchmarks.md; a script, not part of CI):
 #   Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M) -> float graphs -> w4a16 PTQ with the sample-KB
 #   calibration text -> HTP context binaries for sm8750 (8 Elite, v79), shared weights (device build).
 # Every stage's wall time and peak RSS (GNU time) go to $LOG/<stage>.time; the last stage prints
