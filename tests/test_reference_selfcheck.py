@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests import tiny_models as tm
+from build_scripts import tiny_models as tm
 from tests.reference import RefBert, RefDecoder, load_hf_weights, tokenizer_from_gguf
 
 PROMPT = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"

@@ -2,20 +2,14 @@
 BERT (Hugging Face layout) through the real builders, each also quantized w8a16 by the real
 pipeline. No downloads; about half a minute on two cores.
 
-The weight writers are the test suite's (tests/tiny_models.py, which imports nothing from the
-project), loaded by file path from the source checkout so the product never imports the test
-package; quick mode is for CI and developers, who always have the checkout.
+The weight writers are build_scripts/tiny_models.py, which the test suite uses too.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.bench.errors import BenchError
-
-TINY_WRITERS = Path(__file__).resolve().parents[2] / "tests" / "tiny_models.py"
 # a 128-slot cache holds a chat-templated in-car question plus an answer with the tiny byte-level
 # tokenizer (the model's positions end there); the buckets are the test suite's
 LLM_CONTEXT, LLM_PREFILL = 128, (16, 4)
@@ -31,21 +25,11 @@ class QuickModels:
     embedder_quantized: Path
 
 
-def _writers():
-    if not TINY_WRITERS.is_file():
-        raise BenchError(f"--quick builds its tiny models with {TINY_WRITERS.relative_to(TINY_WRITERS.parents[1])} "
-                         "from a source checkout, which this installation lacks; run the full mode instead")
-    spec = importlib.util.spec_from_file_location("hexrag_tiny_models", TINY_WRITERS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def build_quick_models(root: Path) -> QuickModels:
+    from build_scripts import tiny_models as tm
     from build_scripts.build import build_embedder, build_llm
     from build_scripts.quantize import quantize_model_dir
 
-    tm = _writers()
     root.mkdir(parents=True, exist_ok=True)
     tm.write_tiny_llama_gguf(root / "llama.gguf", seed=1, tied=True)
     tm.write_tiny_hf_bert(root / "bert_src", seed=5)

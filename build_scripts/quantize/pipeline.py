@@ -8,7 +8,7 @@
               ─► report (metrics + activation ranges per layer)
 
 The result is written into a staging directory next to the destination and renamed into place
-only when complete (the same `_staging` the builder uses), so a failed run never leaves a
+only when complete (build_scripts.staging, as the builder), so a failed run never leaves a
 half-quantized directory. With `out=None` the float directory is replaced by the quantized one
 (what `hexrag build llm --quant` wants: one directory per model); with `out=DIR` the float
 directory stays untouched (tests and side-by-side comparisons). Either way the float graphs are
@@ -37,6 +37,7 @@ from build_scripts.quantize import qdq, source_grid
 from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
+from build_scripts.staging import staged_directory
 from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest, package_versions
 from runtime.decoder import START_GRAPH
 
@@ -46,12 +47,6 @@ WEIGHTS_FILE = "weights.data"
 REPORT = "quantization"  # quantization.md, quantization_ranges.json (+ .png)
 _DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64",
            onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.UINT8: "uint8"}
-
-
-def _staging(out: Path):
-    from build_scripts.build import _staging as staging  # one atomic-replace implementation for the builder and us
-
-    return staging(out)
 
 
 def _graph_spec(model: onnx.ModelProto, old: GraphSpec) -> GraphSpec:
@@ -318,7 +313,7 @@ def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict
         raise BuildError(f"{src} is already quantized ({m.quantization['recipe']}): quantize its float build")
     recipe = resolve_recipe(recipe)
     dest = Path(out).resolve() if out else src
-    with _staging(dest) as tmp, tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
+    with staged_directory(dest) as tmp, tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
         work = Path(work_dir)
         _copy_support_files(src, m, tmp)
         if m.kind == "llm":

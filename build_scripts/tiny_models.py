@@ -11,7 +11,8 @@ Every writer returns the HF-layout float32 weights it generated (Q/K un-permuted
 names, so tests can compute expectations in memory. For equal (arch, seed, tied) the decoder
 writers generate identical weights, so a GGUF and an HF directory hold the same model.
 
-Like tests/reference.py this imports nothing from the project.
+Used by the test suite and by `hexrag eval --all --quick` (app/bench/quick.py), which need models
+without downloads. Like tests/reference.py this imports nothing from the project.
 """
 
 from __future__ import annotations
