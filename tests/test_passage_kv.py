@@ -74,9 +74,9 @@ def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
     reopened = PassageKV(tmp_path / "kv")  # another process: from disk, not recomputed
     again = reopened.rows(llm, PREFIX, PASSAGE)
     assert reopened.loaded == 1 and reopened.computed == 0 and again.tokens == PASSAGE
-    fresh = LLM(tiny_builds["llama"]).kv_rows(PREFIX, PASSAGE)  # kept as float16
+    fresh = LLM(tiny_builds["llama"]).kv_rows(PREFIX, PASSAGE)  # kept exactly (float32)
     for kept, want in zip(again.keys + again.values, fresh.keys + fresh.values):
-        np.testing.assert_allclose(kept, want, rtol=1e-3, atol=1e-3)
+        np.testing.assert_array_equal(kept, want)
 
     reopened.rows(llm, FILLER, PASSAGE)  # other preceding tokens: other rows
     other_model = LLM(tiny_builds["qwen2"])
