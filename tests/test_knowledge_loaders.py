@@ -240,13 +240,14 @@ def test_chunks_embed_where_they_are_and_store_clean_text(tmp_path):
 
 
 def write_pdf(path, pages: list[str]) -> None:
-    """A minimal hand-written PDF (Helvetica text, one line per page) with a correct xref table."""
+    """A minimal hand-written PDF (Helvetica text; a page's lines separated by newlines) with a correct
+    xref table."""
     objects = ["<< /Type /Catalog /Pages 2 0 R >>",
                "<< /Type /Pages /Kids [%s] /Count %d >>" % (" ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages))),
                                                            len(pages)),
                "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
     for i, text in enumerate(pages):
-        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET"
+        stream = "BT /F1 12 Tf 72 720 Td " + " 0 -16 Td ".join(f"({line}) Tj" for line in text.split("\n")) + " ET"
         objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {5 + 2 * i} 0 R "
                        "/Resources << /Font << /F1 3 0 R >> >> >>")
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream")
@@ -266,6 +267,17 @@ def test_pdf_pages_become_sections(tmp_path):
     assert doc.kind == "pdf"
     assert "Wiper service mode lifts the blades." in doc.text and "Fuses are under the glovebox." in doc.text
     assert [s.heading for s in doc.sections] == [("page 1",), ("page 2",)]
+
+
+def test_pdf_running_headers_and_footers_are_left_out(tmp_path):
+    body = ["Wiper service mode lifts the blades.", "Fuses are under the glovebox.",
+            "The Aurora Manual is in the glovebox.", "Tyre pressure is 240 kPa."]
+    pages = [f"The Aurora Manual\n{line}\nPage {n} of {len(body)}" for n, line in enumerate(body, 1)]
+    write_pdf(tmp_path / "manual.pdf", pages)
+    doc = load_document(tmp_path / "manual.pdf")
+    assert [doc.text[s.start:s.end] for s in doc.sections] == body  # the title inside a page's text stays
+    write_pdf(tmp_path / "two.pdf", pages[:2])  # two pages say nothing about what repeats
+    assert "Page 1 of 4" in load_document(tmp_path / "two.pdf").text
 
 
 def test_broken_pdf_is_a_clear_error(tmp_path):
