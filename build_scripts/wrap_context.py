@@ -32,10 +32,10 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from build_scripts.build import _staging
 from build_scripts.compile import resolve_target
 from build_scripts.errors import BuildError
 from build_scripts.quantize.qdq import KV_INPUT, KV_OUTPUT
+from build_scripts.staging import staged_directory
 from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest
 
 # QNN data types (context-binary-utility names) -> the contract's dtypes; fixed point = quantized
@@ -197,7 +197,7 @@ def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], targe
     used = sorted({g.binary for g in graphs.values()})
     shared = any(sum(g.binary == b for g in graphs.values()) > 1 for b in used)
     variant = "shared" if shared else "sim"
-    with _staging(out) as tmp:
+    with staged_directory(out) as tmp:
         rel = Path("htp") / t.name / variant
         (tmp / rel).mkdir(parents=True)
         for b in used:
