@@ -10,7 +10,10 @@ their exact length. See models/contract.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +85,18 @@ class Decoder:
         """Keep only the first `length` cached tokens (for prefix reuse)."""
         self.cache.truncate(length)
         del self.tokens[length:]
+
+    @contextmanager
+    def replaced_sessions(self, replace: Callable[[int, Any], Any]) -> Iterator[None]:
+        """Inside the block every step size's graph runs through `replace(seq, session)`, whose
+        stand-in needs only `run(feeds) -> outputs`; the cache and the rest work as always
+        (calibration records each graph's tensors this way)."""
+        original = self.sessions
+        self.sessions = {seq: replace(seq, s) for seq, s in original.items()}
+        try:
+            yield
+        finally:
+            self.sessions = original
 
     def rows(self, start: int) -> KVRows:
         """The cache rows of the tokens from `start` to the end, as float32 copies."""

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -61,6 +64,16 @@ class Embedder:
         # identity of the vectors: the source weights, not this build's batch/length or backend
         weights_sha = "".join(sorted(m.source.files.values()))
         self.model_id = f"{m.architecture['arch']}:{hashlib.sha256(weights_sha.encode()).hexdigest()[:16]}"
+
+    @contextmanager
+    def replaced_session(self, stand_in: Any) -> Iterator[None]:
+        """Inside the block the main graph runs through `stand_in` (`run(feeds) -> outputs`): how
+        calibration records its tensors."""
+        original, self.session = self.session, stand_in
+        try:
+            yield
+        finally:
+            self.session = original
 
     def encode_ids(self, texts: list[str]) -> tuple[list[list[int]], list[bool]]:
         encodings = self.tokenizer.encode_batch(texts)

@@ -446,17 +446,20 @@ def capture_llm(llm, sequences: list[TokenSequence], collectors: dict[str, Range
 
     dec = llm.decoder
     names = {g.seq: g.name for g in dec.manifest.graphs}
-    original = dec.sessions
-    dec.sessions = {seq: _Adapter(collectors[names[seq]], (lambda: dec.cache.length) if start_graph and seq == 1 else None)
-                    for seq in original}
+
+    def adapter(seq: int, _session) -> _Adapter:
+        return _Adapter(collectors[names[seq]], (lambda: dec.cache.length) if start_graph and seq == 1 else None)
+
     keys = [KVRange() for _ in range(dec.n_layers)]
     values = [KVRange() for _ in range(dec.n_layers)]
     tokens = 0
-    try:
+    with dec.replaced_sessions(adapter):
         for seq in tqdm(sequences, desc="calibration", unit="seq", disable=not progress, leave=False):
             dec.reset()
             if start_graph:
-                dec._run(seq.prompt[:1], 1)  # what a quantized Decoder does: the first token alone
+                # what a quantized Decoder does: the first token alone (one token runs the decode
+                # graph; the float model calibrated here has no start graph of its own)
+                dec.feed(seq.prompt[:1])
                 if len(seq.prompt) > 1:
                     dec.feed(seq.prompt[1:])
             else:
@@ -468,9 +471,7 @@ def capture_llm(llm, sequences: list[TokenSequence], collectors: dict[str, Range
             for i in range(dec.n_layers):
                 keys[i].update(dec.cache.keys[i][..., :n])
                 values[i].update(dec.cache.values[i][:, :, :n, :])
-    finally:
-        dec.sessions = original
-        dec.reset()
+    dec.reset()
     ranges, runs = {}, {}
     for seq, name in names.items():
         c = collectors[name]
@@ -488,10 +489,6 @@ def capture_llm(llm, sequences: list[TokenSequence], collectors: dict[str, Range
 
 def capture_embedder(embedder, texts: list[str], collector: RangeCollector) -> dict[str, tuple[float, float]]:
     """Run `texts` through a runtime Embedder's main graph with its session replaced by `collector`."""
-    original = embedder.session
-    embedder.session = _Adapter(collector)
-    try:
+    with embedder.replaced_session(_Adapter(collector)):
         embedder.embed(texts, buckets=False)
-    finally:
-        embedder.session = original
     return {t: (lo, hi) for t, (lo, hi) in collector.ranges["main"].items()}
