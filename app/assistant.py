@@ -36,7 +36,7 @@ class Assistant:
         if rag:
             self.kb = KnowledgeBase.open(settings.kb, Embedder(settings.embedder, backend=settings.backend,
                                                                  threads=settings.threads, target=settings.qnn_target))
-        self.passage_kv = PassageKV(settings.kb / PASSAGE_KV_DIR) if rag and settings.passage_kv else None
+        self.passage_kv = PassageKV(self.llm, settings.kb / PASSAGE_KV_DIR) if rag and settings.passage_kv else None
         self.history: list[dict] = []
 
     def ask(self, question: str, voice: bool = False, keep_history: bool = False) -> Iterator[str]:

@@ -170,9 +170,9 @@ def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
 
     llm = LLM(llm_dir or default_llm_dir())
     with _open(kb_dir, embedder=False) as base:
-        store = PassageKV(base.dir / PASSAGE_KV_DIR)
+        store = PassageKV(llm, base.dir / PASSAGE_KV_DIR)
         for spoken in ([False, True] if voice else [False]):
-            computed = prepare(llm, base, store, voice=spoken)
+            computed = prepare(base, store, voice=spoken)
             click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, "
                        f"{store.loaded} already kept")
     size = sum(p.stat().st_size for p in (base.dir / PASSAGE_KV_DIR).rglob("*.npz"))

@@ -46,7 +46,7 @@ class AppState:
             self.kb = _open_kb(s, self.embedder)
             clear_staging(self.kb.dir)
             if s.passage_kv:
-                self.passage_kv = PassageKV(self.kb.dir / PASSAGE_KV_DIR)
+                self.passage_kv = PassageKV(self.llm, self.kb.dir / PASSAGE_KV_DIR)
             self.status = "ready"
             log.info("ready")
         except Exception as e:  # reported by /health; the server stays up to say why

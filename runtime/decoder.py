@@ -100,7 +100,7 @@ class Decoder:
 
     def rows(self, start: int) -> KVRows:
         """The cache rows of the tokens from `start` to the end, as float32 copies."""
-        self._need_float_cache()
+        self.check_placeable()
         keys, values = self.cache.read(start, self.cache.length)
         return KVRows(self.tokens[start:], start, keys, values)
 
@@ -109,7 +109,7 @@ class Decoder:
         are re-rotated from their old positions to these, so no graph runs. Exact when the tokens
         before them are the same as when they were computed; otherwise their rows never saw the new
         context (the passage-KV approximation)."""
-        self._need_float_cache()
+        self.check_placeable()
         n = len(rows.tokens)
         if self.cache.length + n > self.context:
             raise ContextOverflowError(n, self.context, cached=self.cache.length)
@@ -119,7 +119,8 @@ class Decoder:
         self.cache.advance(n)
         self.tokens.extend(rows.tokens)
 
-    def _need_float_cache(self) -> None:
+    def check_placeable(self) -> None:
+        """Kept rows can be read and placed only in a float cache: RuntimeModelError otherwise."""
         if self.kv_dtype != np.float32:
             raise RuntimeModelError(f"{self.manifest.name} keeps its KV cache as {self.kv_dtype}; passage KV "
                                     "needs a float cache (the CPU target's builds)")

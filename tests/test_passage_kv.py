@@ -66,28 +66,29 @@ def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
     from app.answer.passage_kv import PassageKV
 
     llm = LLM(tiny_builds["llama"])
-    store = PassageKV(tmp_path / "kv")
-    rows = store.rows(llm, PREFIX, PASSAGE)
+    store = PassageKV(llm, tmp_path / "kv")
+    rows = store.rows(PREFIX, PASSAGE)
     assert store.computed == 1 and len(list((tmp_path / "kv").rglob("*.npz"))) == 1
-    assert store.rows(llm, PREFIX, PASSAGE) is rows and store.hits == 1
+    assert store.rows(PREFIX, PASSAGE) is rows and store.hits == 1
 
-    reopened = PassageKV(tmp_path / "kv")  # another process: from disk, not recomputed
-    again = reopened.rows(llm, PREFIX, PASSAGE)
+    reopened = PassageKV(llm, tmp_path / "kv")  # another process: from disk, not recomputed
+    again = reopened.rows(PREFIX, PASSAGE)
     assert reopened.loaded == 1 and reopened.computed == 0 and again.tokens == PASSAGE
     fresh = LLM(tiny_builds["llama"]).kv_rows(PREFIX, PASSAGE)  # kept exactly (float32)
     for kept, want in zip(again.keys + again.values, fresh.keys + fresh.values):
         np.testing.assert_array_equal(kept, want)
 
-    reopened.rows(llm, FILLER, PASSAGE)  # other preceding tokens: other rows
-    other_model = LLM(tiny_builds["qwen2"])
-    reopened.rows(other_model, PREFIX, PASSAGE)  # another model never reads this one's rows
-    assert reopened.computed == 2 and len(list((tmp_path / "kv").rglob("*.npz"))) == 3
+    reopened.rows(FILLER, PASSAGE)  # other preceding tokens: other rows
+    other_model = PassageKV(LLM(tiny_builds["qwen2"]), tmp_path / "kv")
+    other_model.rows(PREFIX, PASSAGE)  # another model never reads this one's rows
+    assert reopened.computed == 1 and other_model.computed == 1
+    assert len(list((tmp_path / "kv").rglob("*.npz"))) == 3
 
     for path in (tmp_path / "kv").rglob("*.npz"):  # a damaged file is a miss, recomputed and replaced
         path.write_bytes(b"not an npz")
-    damaged = PassageKV(tmp_path / "kv")
-    damaged.rows(llm, PREFIX, PASSAGE)
-    assert damaged.computed == 1 and PassageKV(tmp_path / "kv").rows(llm, PREFIX, PASSAGE).tokens == PASSAGE
+    damaged = PassageKV(llm, tmp_path / "kv")
+    damaged.rows(PREFIX, PASSAGE)
+    assert damaged.computed == 1 and PassageKV(llm, tmp_path / "kv").rows(PREFIX, PASSAGE).tokens == PASSAGE
 
 
 @pytest.mark.slow

@@ -180,6 +180,11 @@ def test_w8a16_runs_on_cpu_with_uint16_cache_and_agrees_with_float(w8, tiny_buil
     # generation through the LLM engine works unchanged
     llm = LLM(w8["dir"])
     assert llm.generate(llm.encode_chat([{"role": "user", "content": "hello"}]), max_new_tokens=4).run().token_ids
+    # passage KV re-rotates float keys: a quantized cache is refused when it is set up, not mid-answer
+    from app.answer.passage_kv import PassageKV
+
+    with pytest.raises(RuntimeModelError, match="needs a float cache"):
+        PassageKV(llm)
 
 
 def test_runtime_refuses_a_graph_with_its_own_kv_encoding(w8, tmp_path):

@@ -31,16 +31,20 @@ MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 p
 
 
 class PassageKV:
-    def __init__(self, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES):
+    """The kept rows of one LLM's passages."""
+
+    def __init__(self, llm: LLM, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES):
+        llm.decoder.check_placeable()  # refused at start-up, never in the middle of an answer
+        self.llm = llm
         self.dir = Path(directory) if directory is not None else None
         self.memory_bytes = memory_bytes
         self._memory: OrderedDict[str, KVRows] = OrderedDict()
         self._lock = threading.Lock()
         self.computed = self.loaded = self.hits = 0  # where rows came from, for reports
 
-    def rows(self, llm: LLM, prefix: list[int], ids: list[int]) -> KVRows:
+    def rows(self, prefix: list[int], ids: list[int]) -> KVRows:
         """The rows of `ids` after `prefix`: from memory, else from disk, else computed (and kept)."""
-        key = hashlib.sha256(f"{llm.model_id}|{prefix}|{ids}".encode()).hexdigest()
+        key = hashlib.sha256(f"{self.llm.model_id}|{prefix}|{ids}".encode()).hexdigest()
         with self._lock:
             if key in self._memory:
                 self._memory.move_to_end(key)
@@ -48,7 +52,7 @@ class PassageKV:
                 return self._memory[key]
         rows = self._load(key, ids, len(prefix))
         if rows is None:
-            rows = llm.kv_rows(prefix, ids)
+            rows = self.llm.kv_rows(prefix, ids)
             self.computed += 1
             self._save(key, rows)
         else:
@@ -90,7 +94,7 @@ class PassageKV:
         os.replace(tmp, path)
 
 
-def prepare(llm: LLM, kb, store: PassageKV, voice: bool, progress: bool = True) -> int:
+def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> int:
     """Keep the rows of every chunk of the KB as an answer shows it first (its FAQ entry, or its
     chunk of a section), after the instructions of text answers or of voice answers: what the first
     question about any entry then places instead of prefilling. Returns the passages computed."""
@@ -98,9 +102,9 @@ def prepare(llm: LLM, kb, store: PassageKV, voice: bool, progress: bool = True) 
 
     instructions = [INSTRUCTIONS, VOICE_INSTRUCTIONS] if voice else [INSTRUCTIONS]
     messages = with_system([{"role": "user", "content": "?"}], instructions)
-    before = store.computed
+    llm, before = store.llm, store.computed
     for hit in tqdm(kb.all_hits(), unit="passage", disable=not progress, desc="passage KV", leave=False):
         built = passage_prompt(llm, messages, [Passage.of(1, hit)])
         for offset, n in built.spans:
-            store.rows(llm, built.prefix, built.ids[offset:offset + n])
+            store.rows(built.prefix, built.ids[offset:offset + n])
     return store.computed - before

@@ -400,7 +400,7 @@ class GroundedGeneration:
             return {}
         started = time.perf_counter()
         ids, prefix = self.plan.prompt_ids, self.plan.kv_prefix
-        placed = {offset: self.passage_kv.rows(self.llm, prefix, ids[offset:offset + n])
+        placed = {offset: self.passage_kv.rows(prefix, ids[offset:offset + n])
                   for offset, n in self.plan.passage_spans[:1] if offset == len(prefix) and ids[:offset] == prefix}
         self._timings["passage_kv_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return placed
