@@ -47,13 +47,13 @@ def _sizes(value: str) -> tuple[int, ...]:
     return sizes
 
 
-@click.group(context_settings={"auto_envvar_prefix": "HEXRAG"})
+@click.group()
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """hexrag: on-device retrieval-augmented chat for Snapdragon NPUs.
 
-    Every option also reads an environment variable: HEXRAG_<COMMAND>_<OPTION>, e.g.
-    HEXRAG_GENERATE_BACKEND=htp.
+    A setting read from the environment has one name, shown as [env ...] in the --help of the
+    commands that use it (HEXRAG_LLM, HEXRAG_KB, HEXRAG_BACKEND, HEXRAG_HOST, ...).
 
     \b
     Files live in one home, $HEXRAG_HOME (default: the per-user data directory,
