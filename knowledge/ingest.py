@@ -141,14 +141,23 @@ def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int) -> _Pendi
     return _Pending(fields, chunks, reusable, existing is not None)
 
 
+def place_vectors(embedder, places: list[str], vectors: np.ndarray) -> np.ndarray:
+    """Each chunk's place vector (chunking.place_text): its place embedded, each distinct text once
+    (a section's windows share one), or the chunk's own vector for a text with neither title nor
+    heading, which is placed by its own words. `vectors`: the chunks' own vectors, in order."""
+    named = list(dict.fromkeys(p for p in places if p))
+    embedded = dict(zip(named, embedder.embed(named).vectors)) if named else {}
+    out = np.array(vectors, np.float32, copy=True)
+    for i, place in enumerate(places):
+        if place:
+            out[i] = embedded[place]
+    return out
+
+
 def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> None:
     """Embed what the pending documents need (in shared batches), then commit them one by one."""
     todo = [(p, i, c.embed_text) for p in pending for i, c in enumerate(p.chunks) if c.hash not in p.reusable]
     embedded = kb.embedder.embed([t for _, _, t in todo]) if todo else None
-    # a section's windows share one place: each distinct place text is embedded once
-    place_texts = list(dict.fromkeys(c.place for p in pending for c in p.chunks
-                                     if c.place and p.reusable.get(c.hash, (None, None))[1] is None))
-    place_vectors = dict(zip(place_texts, kb.embedder.embed(place_texts).vectors)) if place_texts else {}
     for p in pending:
         p.vectors = np.zeros((len(p.chunks), kb.dim), np.float32)
         for i, c in enumerate(p.chunks):
@@ -159,14 +168,19 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> 
             p.vectors[i] = v
             report.truncated += cut
         report.embedded += len(todo)
+    # places: reused with their chunk's vector where the previous version has them, else embedded
+    # (in one batch over the pending documents)
+    fresh = [(p, i) for p in pending for i, c in enumerate(p.chunks) if p.reusable.get(c.hash, (None, None))[1] is None]
+    own = np.array([p.vectors[i] for p, i in fresh], np.float32).reshape(len(fresh), kb.dim)
     for p in pending:
-        p.places = p.vectors.copy()  # a text with neither title nor heading is placed by its own words
+        p.places = np.zeros_like(p.vectors)
         for i, c in enumerate(p.chunks):
             reused = p.reusable.get(c.hash, (None, None))[1]
             if reused is not None:
                 p.places[i] = np.frombuffer(reused, "<f4")
-            elif c.place:
-                p.places[i] = place_vectors[c.place]
+    for (p, i), v in zip(fresh, place_vectors(kb.embedder, [p.chunks[i].place for p, i in fresh], own)):
+        p.places[i] = v
+    for p in pending:
         kb.commit_document(p.fields, p.chunks, p.vectors, p.places)
         (report.updated if p.is_update else report.added).append(p.fields["source"])
         report.chunks += len(p.chunks)

@@ -19,7 +19,7 @@ from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path, place_
 from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
 from knowledge.fusion import reciprocal_rank_fusion
 from knowledge.index_sync import SyncedIndex
-from knowledge.ingest import MAX_FILE_BYTES, IngestReport, run_ingest
+from knowledge.ingest import MAX_FILE_BYTES, IngestReport, place_vectors, run_ingest
 from knowledge.lexical import search_bm25
 from knowledge.paths import default_kb_dir
 from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, PLACE_WEIGHT, SCORE_KINDS,
@@ -216,11 +216,10 @@ class KnowledgeBase:
                 headings = [tuple(heading.split(HEADING_SEP)) if heading else () for _, _, heading, _, _ in rows]
                 vectors = embedder.embed([chunker.embed_text(context_path(title, h), text)
                                           for (_, title, _, _, text), h in zip(rows, headings)]).vectors
-                places = [place_text(row[1], h, row[3], row[4]) for row, h in zip(rows, headings)]
-                named = [p for p in places if p]
-                place_of = dict(zip(named, embedder.embed(named).vectors)) if named else {}
-                self.store.replace_vectors([(row[0], v) for row, v in zip(rows, vectors)],
-                                           [(row[0], place_of[p] if p else v) for row, p, v in zip(rows, places, vectors)])
+                places = place_vectors(embedder, [place_text(title, h, entry, text)
+                                                  for (_, title, _, entry, text), h in zip(rows, headings)], vectors)
+                ids = [row[0] for row in rows]
+                self.store.replace_vectors(list(zip(ids, vectors)), list(zip(ids, places)))
                 bar.update(len(rows))
         self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
 
