@@ -453,25 +453,27 @@ def capture_llm(llm, sequences: list[TokenSequence], collectors: dict[str, Range
     keys = [KVRange() for _ in range(dec.n_layers)]
     values = [KVRange() for _ in range(dec.n_layers)]
     tokens = 0
-    with dec.replaced_sessions(adapter):
-        for seq in tqdm(sequences, desc="calibration", unit="seq", disable=not progress, leave=False):
-            dec.reset()
-            if start_graph:
-                # what a quantized Decoder does: the first token alone (one token runs the decode
-                # graph; the float model calibrated here has no start graph of its own)
-                dec.feed(seq.prompt[:1])
-                if len(seq.prompt) > 1:
-                    dec.feed(seq.prompt[1:])
-            else:
-                dec.feed(seq.prompt)
-            for t in seq.continuation:
-                dec.feed([t])
-            tokens += len(seq.prompt) + len(seq.continuation)
-            n = dec.cache.length
-            for i in range(dec.n_layers):
-                keys[i].update(dec.cache.keys[i][..., :n])
-                values[i].update(dec.cache.values[i][:, :, :n, :])
-    dec.reset()
+    try:
+        with dec.replaced_sessions(adapter):
+            for seq in tqdm(sequences, desc="calibration", unit="seq", disable=not progress, leave=False):
+                dec.reset()
+                if start_graph:
+                    # what a quantized Decoder does: the first token alone (one token runs the decode
+                    # graph; the float model calibrated here has no start graph of its own)
+                    dec.feed(seq.prompt[:1])
+                    if len(seq.prompt) > 1:
+                        dec.feed(seq.prompt[1:])
+                else:
+                    dec.feed(seq.prompt)
+                for t in seq.continuation:
+                    dec.feed([t])
+                tokens += len(seq.prompt) + len(seq.continuation)
+                n = dec.cache.length
+                for i in range(dec.n_layers):
+                    keys[i].update(dec.cache.keys[i][..., :n])
+                    values[i].update(dec.cache.values[i][:, :, :n, :])
+    finally:
+        dec.reset()
     ranges, runs = {}, {}
     for seq, name in names.items():
         c = collectors[name]
