@@ -417,8 +417,8 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @click.option("--max-queue", type=int, help="Requests allowed to wait for the accelerator.  [env HEXRAG_MAX_QUEUE]")
 @click.option("--passage-kv/--no-passage-kv", default=None,
               help="Keep each passage's KV rows (in the KB directory, per LLM build) and place them into later "
-                   "prompts instead of prefilling the passage again: a shorter wait for the first words, at a "
-                   "measured cost in accuracy (docs/benchmarks.md).  [env HEXRAG_PASSAGE_KV]")
+                   "prompts instead of prefilling the passage again: a shorter wait for the first words, the "
+                   "same answers (docs/benchmarks.md).  [env HEXRAG_PASSAGE_KV]")
 @_friendly
 def serve(**options) -> None:
     """Start the OpenAI-compatible chat server (models load in the background; /health says when ready)."""
