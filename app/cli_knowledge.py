@@ -172,9 +172,8 @@ def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
     with _open(kb_dir, embedder=False) as base:
         store = PassageKV(llm, base.dir / PASSAGE_KV_DIR)
         for spoken in ([False, True] if voice else [False]):
-            computed = prepare(base, store, voice=spoken)
-            click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, "
-                       f"{store.loaded} already kept")
+            computed, kept = prepare(base, store, voice=spoken)
+            click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, {kept} already kept")
     size = sum(p.stat().st_size for p in (base.dir / PASSAGE_KV_DIR).rglob("*.npz"))
     click.echo(f"{base.dir / PASSAGE_KV_DIR}: {size / 2**20:.1f} MB for {llm.name}")
 

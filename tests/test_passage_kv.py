@@ -60,6 +60,12 @@ def test_generation_with_placed_rows_equals_prefill(model):
     assert got.placed_tokens == len(PASSAGE) and got.cached_tokens == len(PREFIX)
     with pytest.raises(ValueError, match="not of the prompt's tokens"):
         llm.generate(TAIL + PASSAGE + PREFIX, placed={len(PREFIX): rows})
+    # from an empty cache, the prefix's own kept rows placed at 0 too: nothing but the tail is fed
+    head = llm.kv_rows([], PREFIX)
+    llm.decoder.reset()
+    got = llm.generate(prompt, max_new_tokens=8, placed={0: head, len(PREFIX): rows}).run()
+    assert got.token_ids == expected.token_ids
+    assert got.placed_tokens == len(PREFIX + PASSAGE) and got.cached_tokens == 0
 
 
 def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
@@ -98,6 +104,7 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     prefilling them, and stays grounded."""
     import shutil
 
+    from app.answer.passages import INSTRUCTIONS, passage_prompt, with_system
     from app.assistant import Assistant
     from app.settings import Settings
 
@@ -113,6 +120,12 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     assert again.timings["placed_tokens"] > 0
     assert assistant.passage_kv.computed == kept[0] and assistant.passage_kv.hits > kept[1]  # from memory
     assert "800-555-0199" in first.text and "800-555-0199" in again.text
+    # a new conversation: the instructions' kept rows are placed as well, not prefilled again
+    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], [INSTRUCTIONS]), [])
+    assistant.llm.decoder.reset()
+    fresh = assistant.answer("Which number do I call for roadside assistance?")
+    assert fresh.timings["placed_tokens"] == again.timings["placed_tokens"] + len(instructions.prefix)
+    assert assistant.passage_kv.computed == kept[0] and "800-555-0199" in fresh.text
 
 
 @pytest.mark.slow
@@ -135,6 +148,7 @@ def test_kb_passage_kv_keeps_every_chunk_once(smollm_build, tiny_builds, docs, t
     first = cli("kb", "passage-kv")
     assert first.returncode == 0, first.stderr
     assert "text answers: 2 passages computed" in first.stdout and "voice answers: 2 passages computed" in first.stdout
-    assert len(list((tmp_path / "kb" / "passage_kv").rglob("*.npz"))) == 4
+    # each chunk's rows and the instructions' own, for each answer style
+    assert len(list((tmp_path / "kb" / "passage_kv").rglob("*.npz"))) == 6
     again = cli("kb", "passage-kv", "--no-voice")
     assert "text answers: 0 passages computed, 2 already kept" in again.stdout, again.stdout

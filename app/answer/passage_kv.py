@@ -4,7 +4,8 @@ keys to where the passage lands).
 
 A passage's rows are computed right after the instructions' system turn and the user turn's
 opening, so they are exactly what prefill makes for the first passage of a one-turn question; the
-answer layer places only that one (GroundedGeneration._placed says why). Kept in memory and, with
+answer layer places only that one (GroundedGeneration._placed says why), after the instructions'
+own rows, kept the same way. Kept in memory and, with
 a directory, on disk as float32 .npz files (57 KB a token for the 1.5B, ~6 MB a passage) named by a
 hash of the model, the preceding tokens and the passage's tokens: another model or other
 instructions simply miss.
@@ -94,17 +95,20 @@ class PassageKV:
         os.replace(tmp, path)
 
 
-def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> int:
-    """Keep the rows of every chunk of the KB as an answer shows it first (its FAQ entry, or its
-    chunk of a section), after the instructions of text answers or of voice answers: what the first
-    question about any entry then places instead of prefilling. Returns the passages computed."""
+def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[int, int]:
+    """Keep the rows of the instructions of text answers or of voice answers, and of every chunk
+    of the KB as an answer shows it first (its FAQ entry, or its chunk of a section) after them:
+    what a question about any entry then places instead of prefilling. Returns the passages
+    computed and the passages already kept."""
     from tqdm import tqdm
 
     instructions = [INSTRUCTIONS, VOICE_INSTRUCTIONS] if voice else [INSTRUCTIONS]
     messages = with_system([{"role": "user", "content": "?"}], instructions)
-    llm, before = store.llm, store.computed
+    llm = store.llm
+    store.rows([], passage_prompt(llm, messages, []).prefix)
+    before = store.computed, store.loaded
     for hit in tqdm(kb.all_hits(), unit="passage", disable=not progress, desc="passage KV", leave=False):
         built = passage_prompt(llm, messages, [Passage.of(1, hit)])
         for offset, n in built.spans:
             store.rows(built.prefix, built.ids[offset:offset + n])
-    return store.computed - before
+    return store.computed - before[0], store.loaded - before[1]

@@ -391,17 +391,22 @@ class GroundedGeneration:
         return added
 
     def _placed(self) -> dict:
-        """The first passage's kept rows by prompt offset (computed and kept on first use), when the
-        prompt before it is the one they were computed after: then they are the rows a prefill
-        would make. Later passages are prefilled: rows kept alone never attended to the passages
+        """The instructions' and the first passage's kept rows by prompt offset (computed and kept on
+        first use), when the prompt starts with the instructions they were computed after: then they
+        are the rows a prefill would make. Later passages are prefilled: rows kept alone never attended to the passages
         before them, and placing those gave the 1.5B an answer with an unsupported fact on
         answer_questions.jsonl (docs/benchmarks.md, "Time to the first spoken sentence")."""
         if self.passage_kv is None:
             return {}
         started = time.perf_counter()
         ids, prefix = self.plan.prompt_ids, self.plan.kv_prefix
-        placed = {offset: self.passage_kv.rows(prefix, ids[offset:offset + n])
-                  for offset, n in self.plan.passage_spans[:1] if offset == len(prefix) and ids[:offset] == prefix}
+        if not prefix or ids[:len(prefix)] != prefix:
+            return {}
+        # the instructions' rows too: every answer starts with them, and a new conversation (or one
+        # after a text answer, whose instructions differ) would otherwise prefill them again
+        placed = {0: self.passage_kv.rows([], prefix)}
+        placed |= {offset: self.passage_kv.rows(prefix, ids[offset:offset + n])
+                   for offset, n in self.plan.passage_spans[:1] if offset == len(prefix)}
         self._timings["passage_kv_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return placed
 
