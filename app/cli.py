@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from app.cli_chat import CHAT_COMMANDS, stream_answer
 from app.cli_common import friendly as _friendly
 from app.cli_device import DEVICE_COMMANDS
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
-from models.manifest import load_manifest
 
 @contextlib.contextmanager
 def _native_stdout_to_stderr():
@@ -100,31 +98,11 @@ def build() -> None:
     """Turn weights into a model directory (static ONNX graphs + tokenizer + manifest)."""
 
 
-_VARIANTS = {"sim": [False], "shared": [True], "both": [False, True]}
-
-
-def _target_names(targets: tuple[str, ...]) -> list[str]:
-    """--target values (repeatable, comma-separated) as a list, `cpu` (no compilation) left out."""
-    return [t.strip() for spec in targets for t in spec.split(",") if t.strip() and t.strip() != "cpu"]
-
-
-def _compile(model_dir: Path, targets: tuple[str, ...], variant: str, part_budget: int | None = None) -> None:
-    """Compile a built model for HTP targets and record the builds in its manifest."""
-    from build_scripts.compile import compile_model_dir, record_target
-
-    names = _target_names(targets)
-    if not names:
-        return  # --target cpu: the ONNX graphs are the CPU build
-    for shared in _VARIANTS[variant]:
-        record_target(model_dir, compile_model_dir(model_dir, names, shared=shared, part_budget=part_budget))
-        click.echo(f"compiled {model_dir.name} for {', '.join(names)} ({'shared' if shared else 'sim'})", err=True)
-
-
 _target_option = click.option(
     "--target", "targets", multiple=True,
     help="HTP target(s) to compile for: sm8650, 8gen3, 57, ... (repeatable or comma-separated); cpu = none.")
 _variant_option = click.option(
-    "--variant", type=click.Choice(list(_VARIANTS)), default="both", show_default=True,
+    "--variant", type=click.Choice(["sim", "shared", "both"]), default="both", show_default=True,
     help="sim: unshared binaries (x86 simulator and devices); shared: prefill+decode share weights (devices).")
 
 
@@ -152,12 +130,18 @@ _part_option = click.option(
 @_friendly
 def compile_cmd(model_dir: Path, targets: tuple[str, ...], variant: str, part_budget: int | None) -> None:
     """Compile a model directory's graphs into QNN HTP context binaries (no op left on the CPU)."""
-    if not targets:
+    from build_scripts.plan import HtpBuild, compile_model
+
+    htp = HtpBuild.of(targets, variant, part_budget)
+    if htp is None:
         raise click.UsageError("give at least one --target")
-    _compile(model_dir, targets, variant, part_budget)
+    compile_model(model_dir, htp, _report)
 
 
-_CPU_QUANT = ("int4", "int8")  # MatMulNBits graphs, made while building (CPU only)
+def _report(line: str) -> None:
+    click.echo(line, err=True)
+
+
 _quant_option = click.option(
     "--quant", default="none", show_default=True,
     help="none (float; fp16 on HTP) | w8a16 | w4a16 | w4a16-mixed | w4a16-gguf | a JSON recipe file: PTQ for HTP with --calib text | "
@@ -180,40 +164,20 @@ def _calib(f):
     return f
 
 
-def _build_quantized(build, out: Path, quant: str, calib: tuple[Path, ...], samples: int,
-                     targets: tuple[str, ...] = (), eval_samples: int | None = None) -> None:
-    """`build(dir)` makes the float model; a PTQ recipe (adjusted to the HTP targets) then quantizes
-    it into `out` (the float build lives in a scratch directory next to it, so a failure leaves
-    `out` as it was)."""
-    if quant == "none":
-        build(out)
-        return
-    from build_scripts.compile import resolve_target
-    from build_scripts.quantize import for_targets, quantize_model_dir, resolve_recipe
+def _build(weights: str, out: Path, shape, name: str | None, quant: str, calib: tuple[Path, ...], samples: int,
+           eval_samples: int | None, targets: tuple[str, ...], variant: str, part_budget: int | None = None) -> None:
+    """The flags as one BuildPlan, built in one call."""
+    from pydantic import ValidationError
 
-    # a bad recipe or target fails before the build, not after
-    requested = resolve_recipe(quant)
-    recipe = for_targets(requested, [resolve_target(t).htp_arch for t in _target_names(targets)])
-    if recipe is not requested:
-        blocks = ("" if not requested.source_grid else
-                  " and the linear weights per channel (v68 takes no int8 block weights)" if requested.linear_weights == "int8"
-                  else " and the linear weights on w4a16's blocks, not the GGUF's own (not measured on v68)")
-        click.echo(f"v68 target: the LM head is quantized int8 per channel (v68 has no 16-bit Gemm weights){blocks}",
-                   err=True)
-    float_dir = out.parent / f".{out.name}.float"
+    from build_scripts.plan import BuildPlan, HtpBuild, build_model, parse_quant
+
     try:
-        build(float_dir)
-        quantize_model_dir(float_dir, recipe, calib=list(calib) or None, samples=samples, out=out,
-                           evaluate=eval_samples != 0, eval_samples=eval_samples)
-    finally:
-        shutil.rmtree(float_dir, ignore_errors=True)
-
-
-def _check_cpu_quant(quant: str, targets: tuple[str, ...]) -> None:
-    names = set(_target_names(targets))
-    if quant in _CPU_QUANT and names:
-        raise click.UsageError(f"--quant {quant} builds MatMulNBits graphs for the CPU backend; HTP targets "
-                               f"({', '.join(sorted(names))}) need --quant w8a16, w4a16 or none")
+        plan = BuildPlan(weights=str(weights), out=out, shape=shape, name=name,
+                         quant=parse_quant(quant, calib, samples, eval_samples),
+                         htp=HtpBuild.of(targets, variant, part_budget))
+    except ValidationError as e:  # the plan's own consistency rules, said as a usage error
+        raise click.UsageError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
+    build_model(plan, _report)
 
 
 @build.command("llm")
@@ -232,17 +196,10 @@ def build_llm_cmd(weights: str, out: Path, context: int, prefill: str, name: str
                   calib: tuple[Path, ...], calib_samples: int, eval_samples: int | None, targets, variant,
                   part_budget) -> None:
     """Build a decoder LLM (llama / qwen2) into prefill + decode graphs."""
-    from build_scripts.build import build_llm
+    from build_scripts.plan import LLMShape
 
-    _check_cpu_quant(quant, targets)
-    graph_quant = quant if quant in _CPU_QUANT else "none"
-    _build_quantized(lambda d: build_llm(weights, d, context=context, prefill=_sizes(prefill), name=name or out.name,
-                                         quant=graph_quant),
-                     out, "none" if quant in _CPU_QUANT else quant, calib, calib_samples, targets, eval_samples)
-    m = load_manifest(out)
-    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(dict.fromkeys(g.file for g in m.graphs))} "
-               f"in {out}")
-    _compile(out, targets, variant, part_budget)
+    _build(weights, out, LLMShape(context=context, prefill=_sizes(prefill)), name, quant, calib, calib_samples,
+           eval_samples, targets, variant, part_budget)
 
 
 def _shape(value: str) -> tuple[int, int] | None:
@@ -275,16 +232,10 @@ def build_embedder_cmd(weights: str, out: Path, batch: int, seq: int, query_shap
                        quant: str, calib: tuple[Path, ...], calib_samples: int, eval_samples: int | None, targets,
                        variant) -> None:
     """Build a BERT sentence embedder into a [B, L] graph with pooling (+ a small query bucket)."""
-    from build_scripts.build import build_embedder
+    from build_scripts.plan import EmbedderShape
 
-    if quant in _CPU_QUANT:
-        raise click.UsageError(f"--quant {quant} is for LLMs; an embedder takes none, w8a16, w4a16 or a recipe file")
-    query = _shape(query_shape)
-    _build_quantized(lambda d: build_embedder(weights, d, batch=batch, seq=seq, name=name or out.name, query=query),
-                     out, quant, calib, calib_samples, targets, eval_samples)
-    m = load_manifest(out)
-    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): {', '.join(g.file for g in m.graphs)} in {out}")
-    _compile(out, targets, variant)
+    _build(weights, out, EmbedderShape(batch=batch, seq=seq, query=_shape(query_shape)), name, quant, calib,
+           calib_samples, eval_samples, targets, variant)
 
 
 @build.command("wrap-context")

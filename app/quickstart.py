@@ -8,7 +8,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from build_scripts.build import build_embedder, build_llm
+from build_scripts.plan import BuildPlan, EmbedderShape, LLMShape, build_model, parse_quant
 from knowledge import KnowledgeBase
 from models import home
 from models.contract import contract_mismatch
@@ -77,11 +77,12 @@ def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu",
 
     def make_llm(out: Path) -> None:
         log.info("building %s into %s (%s, context %d, prefill 128 and 32) ...", llm, out, quant, context)
-        build_llm(llm, out, context=context, prefill=(128, 32), quant=quant)
+        build_model(BuildPlan(weights=llm, out=out, shape=LLMShape(context=context, prefill=(128, 32)),
+                              quant=parse_quant(quant)))
 
     def make_embedder(out: Path) -> None:
         log.info("building %s into %s (batch 8, 128 tokens) ...", DEFAULT_EMBEDDER, out)
-        build_embedder(DEFAULT_EMBEDDER, out, batch=8, seq=128)
+        build_model(BuildPlan(weights=DEFAULT_EMBEDDER, out=out, shape=EmbedderShape(batch=8, seq=128)))
 
     llm_dir = _ensure(llm if backend == "cpu" else f"{llm}-float", models_dir, quant, make_llm)
     return llm_dir, _ensure(DEFAULT_EMBEDDER, models_dir, "none", make_embedder)

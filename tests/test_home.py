@@ -162,8 +162,7 @@ def test_quickstart_reuses_the_home_or_an_earlier_checkout_build(env, monkeypatc
     def no_build(*args, **kwargs):
         raise AssertionError("quickstart rebuilt a model it should have reused")
 
-    monkeypatch.setattr(qs, "build_llm", no_build)
-    monkeypatch.setattr(qs, "build_embedder", no_build)
+    monkeypatch.setattr(qs, "build_model", no_build)
     # the HTP flavour is the float build, which the tiny models are
     names = (f"{TINY_LLM}-float", home.DEFAULT_EMBEDDER)
     checkout = tmp_path / "checkout"

@@ -312,3 +312,20 @@ def test_qnn_profile_from_the_environment(htp_models, tmp_path, monkeypatch):
     names = [n["node"] for n in q["nodes"]]
     assert "/layers.*/attn/rms_norm" in names and not any("OpId" in n for n in names)
     assert abs(sum(n["share"] for n in q["nodes"]) - 1.0) < 1e-6
+
+
+def test_one_plan_builds_quantizes_and_compiles(tiny_sources, tmp_path):
+    """build_model runs a whole BuildPlan: float graphs, w8a16 PTQ, HTP compilation, each recorded
+    in the manifest, with no scratch build left beside the output."""
+    from build_scripts.plan import BuildPlan, HtpBuild, HtpPtq, LLMShape, build_model
+
+    out, lines = tmp_path / "tiny", []
+    plan = BuildPlan(weights=str(tiny_sources["llama"]), out=out, shape=LLMShape(context=64, prefill=(16,)),
+                     quant=HtpPtq(recipe="w8a16", samples=8, eval_samples=0),
+                     htp=HtpBuild(targets=(TARGET,), variant="sim"), progress=False)
+    manifest = build_model(plan, lines.append)
+    assert manifest.quantization["recipe"] == "w8a16" and manifest.context == 64
+    assert [(b["target"], b["variant"]) for b in manifest.target["builds"]] == [(TARGET, "sim")]
+    assert all((out / p).is_file() for p in _build(out)["graphs"].values())
+    assert lines[0].startswith("built tiny (w8a16)") and lines[-1] == f"compiled tiny for {TARGET} (sim)"
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny"]

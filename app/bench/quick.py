@@ -27,16 +27,18 @@ class QuickModels:
 
 def build_quick_models(root: Path) -> QuickModels:
     from build_scripts import tiny_models as tm
-    from build_scripts.build import build_embedder, build_llm
-    from build_scripts.quantize import quantize_model_dir
+    from build_scripts.plan import BuildPlan, EmbedderShape, FloatGraphs, HtpPtq, LLMShape, build_model
 
     root.mkdir(parents=True, exist_ok=True)
     tm.write_tiny_llama_gguf(root / "llama.gguf", seed=1, tied=True)
     tm.write_tiny_hf_bert(root / "bert_src", seed=5)
     out = QuickModels(root / "llama", root / "llama_w8a16", root / "bert", root / "bert_w8a16")
-    build_llm(root / "llama.gguf", out.llm, context=LLM_CONTEXT, prefill=LLM_PREFILL, progress=False)
-    build_embedder(root / "bert_src", out.embedder, batch=BERT_BATCH, seq=BERT_SEQ)
     # accuracy is measured afterwards by the report, the same way for quick and full mode
-    for src, dest in ((out.llm, out.llm_quantized), (out.embedder, out.embedder_quantized)):
-        quantize_model_dir(src, "w8a16", samples=CALIBRATION_SAMPLES, out=dest, progress=False, evaluate=False)
+    ptq = HtpPtq(recipe="w8a16", samples=CALIBRATION_SAMPLES, eval_samples=0)
+    llm = LLMShape(context=LLM_CONTEXT, prefill=LLM_PREFILL)
+    for dest, quant in ((out.llm, FloatGraphs()), (out.llm_quantized, ptq)):
+        build_model(BuildPlan(weights=str(root / "llama.gguf"), out=dest, shape=llm, quant=quant, progress=False))
+    embedder = EmbedderShape(batch=BERT_BATCH, seq=BERT_SEQ)
+    for dest, quant in ((out.embedder, FloatGraphs()), (out.embedder_quantized, ptq)):
+        build_model(BuildPlan(weights=str(root / "bert_src"), out=dest, shape=embedder, quant=quant, progress=False))
     return out
