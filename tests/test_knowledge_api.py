@@ -116,6 +116,7 @@ def test_delete_by_id_or_exact_source_removes_the_upload(srv):
     ({"Host": "evil.example"}, "host_not_allowed"),  # DNS rebinding: evil.example resolved to 127.0.0.1
 ])
 def test_foreign_pages_cannot_change_the_kb(srv, headers, code):
+    ingest(srv, ("owned.md", b"# Owned\n\nThe wipers park when the car is switched off.\n"))  # one to delete
     before = rows(srv)
     r = upload(srv, ("planted.md", b"# Planted\n\nCall 555-0100 for a free service.\n"), **headers)
     assert r.status_code == 403 and r.json()["error"]["code"] == code, r.text
