@@ -31,11 +31,10 @@ class Assistant:
         from runtime.embedder import Embedder
 
         self.settings = settings
-        self.llm = LLM(settings.llm, backend=settings.backend, threads=settings.threads, target=settings.qnn_target)
+        self.llm = LLM(settings.llm, settings.runtime())
         self.kb = None
         if rag:
-            self.kb = KnowledgeBase.open(settings.kb, Embedder(settings.embedder, backend=settings.backend,
-                                                                 threads=settings.threads, target=settings.qnn_target))
+            self.kb = KnowledgeBase.open(settings.kb, Embedder(settings.embedder, settings.runtime()))
         self.passage_kv = PassageKV(self.llm, settings.kb / PASSAGE_KV_DIR) if rag and settings.passage_kv else None
         self.history: list[dict] = []
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ValidationError
 from app.device import (ARM64, SOC0, BackendChoice, HtpStatus, choose_backend, device_build, is_qualcomm, probe_htp,
                         read_soc)
 from app.settings import Settings
-from build_scripts.compile import resolve_target
+from runtime.qnn_targets import resolve_target
 from models.manifest import build_files, load_manifest, package_versions, sha256_file
 from runtime.errors import RuntimeModelError
 

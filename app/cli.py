@@ -177,7 +177,9 @@ def _build(weights: str, out: Path, shape, name: str | None, quant: str, calib: 
                          htp=HtpBuild.of(targets, variant, part_budget))
     except ValidationError as e:  # the plan's own consistency rules, said as a usage error
         raise click.UsageError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
-    build_model(plan, _report)
+    m = build_model(plan, _report)
+    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): "
+               f"{', '.join(dict.fromkeys(g.file for g in m.graphs))} in {out}")
 
 
 @build.command("llm")
@@ -269,15 +271,19 @@ def wrap_context_cmd(model_dir: Path, binaries: tuple[Path, ...], descriptions: 
 # ---- runtime ----------------------------------------------------------------------------
 _backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
                         help="cpu: ONNX Runtime CPU EP (baseline); htp: Hexagon NPU through QNN.")
-_threads = click.option("--threads", type=int, default=None, help="CPU threads (default: all cores).")
+_threads = click.option("--threads", type=int, default=None, help="CPU threads (default: all cores).  [env HEXRAG_THREADS]")
 
 
-def _htp_target(backend: str) -> str | None:
-    """For --backend htp: refuse a machine with neither NPU nor simulator (one line), else the
-    build its SoC loads (None on the simulator: the model's only build or $HEXRAG_QNN_TARGET)."""
+def _runtime(backend: str, threads: int | None):
+    """The flags over the settings (HEXRAG_THREADS, HEXRAG_QNN_*). For --backend htp: refuse a
+    machine with neither NPU nor simulator (one line), else load the build its SoC takes (on the
+    simulator: HEXRAG_QNN_TARGET, or the model's only build)."""
     from app.device import resolve_backend
+    from app.settings import RuntimeSettings
 
-    return resolve_backend(backend, []).target if backend == "htp" else None
+    settings = RuntimeSettings(**({"threads": threads} if threads else {}))
+    target = resolve_backend(backend, []).target if backend == "htp" else None
+    return settings.runtime(backend).model_copy(update={"target": target or settings.qnn_target})
 
 
 @main.command()
@@ -308,7 +314,7 @@ def generate(model_dir, prompt, chat, system, max_tokens, temperature, top_p, to
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
-        llm = LLM(model_dir, backend=backend, threads=threads, target=_htp_target(backend))
+        llm = LLM(model_dir, _runtime(backend, threads))
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         ids = llm.encode_chat(messages) if chat else llm.encode(prompt)
         gen = llm.generate(ids, max_new_tokens=max_tokens, sampling=sampling, stop=list(stop))
@@ -343,7 +349,7 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
     from runtime.embedder import Embedder
 
     with _native_stdout_to_stderr() if as_json else contextlib.nullcontext():
-        out = Embedder(model_dir, backend=backend, threads=threads, target=_htp_target(backend)).embed(list(texts))
+        out = Embedder(model_dir, _runtime(backend, threads)).embed(list(texts))
     if as_json:
         click.echo(json.dumps({"dim": out.vectors.shape[1], "truncated": out.truncated,
                                "embeddings": [[round(float(x), 6) for x in v] for v in out.vectors]}))

@@ -47,7 +47,9 @@ def _open(kb_dir: Path | None, embedder_dir: Path | None = None, backend: str = 
                                  "or pass --embedder DIR")
         from runtime.embedder import Embedder
 
-        model = Embedder(path, backend=backend)
+        from app.settings import RuntimeSettings
+
+        model = Embedder(path, RuntimeSettings().runtime(backend))
     return KnowledgeBase.open(kb_dir, model, **options)
 
 
@@ -168,7 +170,9 @@ def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
     from models.home import llm_dir as default_llm_dir
     from runtime.llm import LLM
 
-    llm = LLM(llm_dir or default_llm_dir())
+    from app.settings import RuntimeSettings
+
+    llm = LLM(llm_dir or default_llm_dir(), RuntimeSettings().runtime("cpu"))
     with _open(kb_dir, embedder=False) as base:
         store = PassageKV(llm, base.dir / PASSAGE_KV_DIR)
         for spoken in ([False, True] if voice else [False]):

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from build_scripts.compile import TARGETS, resolve_target
+from runtime.qnn_targets import TARGETS, resolve_target
 from app.settings import Settings
 from models.manifest import ManifestError, load_manifest
 from runtime.errors import RuntimeModelError

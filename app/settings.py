@@ -1,4 +1,5 @@
-"""Server settings: one pydantic model, every field with an env twin (HEXRAG_<FIELD>)."""
+"""Settings: pydantic models, every field with an env twin (HEXRAG_<FIELD>): the one place hexrag
+reads its environment (besides where files live: models/home.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models import home
+from runtime.options import RuntimeOptions
 
 
 def is_loopback(name: str) -> bool:
@@ -22,8 +24,29 @@ def is_loopback(name: str) -> bool:
         return False
 
 
-class Settings(BaseSettings):
+class RuntimeSettings(BaseSettings):
+    """How models run (runtime.options.RuntimeOptions), from HEXRAG_* names: what every command that
+    opens a model reads, without the server's paths and limits."""
+
     model_config = SettingsConfigDict(env_prefix="HEXRAG_", extra="ignore")
+
+    qnn_target: str | None = None  # which HTP build to load when a model holds several (sm8650 ...)
+    qnn_soc_model: int | None = None  # HTP: a plain float graph is compiled at load for this SoC (57 ...)
+    qnn_performance_mode: str = "burst"
+    qnn_log_level: str = "error"  # verbose | info | warning | error | fatal
+    threads: int | None = None
+    # profiling: an ONNX Runtime profile per CPU session, QNN's detailed profile per HTP session
+    profile: Path | None = None
+    qnn_profile: Path | None = None
+
+    def runtime(self, backend: str) -> RuntimeOptions:
+        return RuntimeOptions(backend=backend, threads=self.threads, target=self.qnn_target,
+                              soc_model=self.qnn_soc_model, performance_mode=self.qnn_performance_mode,
+                              log_level=self.qnn_log_level, profile_dir=self.profile, qnn_profile_dir=self.qnn_profile)
+
+
+class Settings(RuntimeSettings):
+    """Server settings, and the runtime's."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -36,8 +59,6 @@ class Settings(BaseSettings):
     # CPU (app.device.settle decides and says why)
     backend: Literal["cpu", "htp", "auto"] = "cpu"
     bundle: Path | None = None  # serve from a device bundle (hexrag export bundle): its models and KB
-    qnn_target: str | None = None  # which HTP build to load when a model holds several (sm8650 ...)
-    threads: int | None = None
     api_key: str | None = None
 
     max_queue: int = 4  # requests waiting for the accelerator beyond the one generating
@@ -56,6 +77,11 @@ class Settings(BaseSettings):
     default_max_tokens: int = 256
     # applied when a request sets no penalty: small models loop without one (llama.cpp uses 1.1 too)
     default_repetition_penalty: float = 1.1
+
+    def runtime(self, backend: str | None = None) -> RuntimeOptions:
+        """The options every model of this process opens with; `backend` overrides the setting
+        (which must be settled by then: app.device.settle turns auto into cpu or htp)."""
+        return super().runtime(backend or self.backend)
 
     @property
     def loopback(self) -> bool:

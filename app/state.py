@@ -40,9 +40,9 @@ class AppState:
 
                 self.settings = s = settle(s)[0]
             log.info("loading LLM %s on %s", s.llm, s.backend)
-            self.llm = LLM(s.llm, backend=s.backend, threads=s.threads, target=s.qnn_target)
+            self.llm = LLM(s.llm, s.runtime())
             log.info("loading embedder %s", s.embedder)
-            self.embedder = Embedder(s.embedder, backend=s.backend, threads=s.threads, target=s.qnn_target)
+            self.embedder = Embedder(s.embedder, s.runtime())
             self.kb = _open_kb(s, self.embedder)
             clear_staging(self.kb.dir)
             if s.passage_kv:

@@ -17,124 +17,28 @@ over the part budget is split by layers first (build_scripts/split.py) and each 
 its own child process: `<graph>.part<k>_ctx.onnx`, one shared binary per part.
 `compile_model_dir` returns the entry proposed for the manifest's `target` field.
 
-This module talks to ONNX Runtime directly (no import of `runtime`: build_scripts and runtime
-stay independent; both configure the QNN EP the same way).
+The QNN EP is set up as the runtime sets it up (runtime/qnn.py: registration, device, provider
+options, versions, EPContext inspection); the targets are runtime/qnn_targets.py's table; what
+the compiler logged is read by build_scripts/compile_log.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Sequence
 
+from build_scripts.compile_log import MARKER, CompileReport, failure_message, fill_report, parse_log
 from build_scripts.errors import BuildError
-
-EP_NAME = "QNNExecutionProvider"
-_MARKER = "@@HEXRAG-QNN-JOB"
-
-
-# ------------------------------------------------------------------------------------------------
-# Targets
-# ------------------------------------------------------------------------------------------------
-
-class Target(NamedTuple):
-    soc_model: int  # QNN SoC id (provider option soc_model)
-    htp_arch: int  # HTP architecture (v75 -> 75; provider option htp_arch)
-    name: str  # canonical key, also the directory name under htp/
-    chip: str
-    float_ok: bool = True  # the HTP runs float graphs (fp16); False: quantize first
-
-
-_TARGET_LIST = [
-    # float_ok=False measured with QNN 2.51: every float graph fails to finalize with
-    # QNN_COMMON_ERROR_MEM_ALLOC (1002) on SM8350's v68 HTP, which has no fp16 unit.
-    (Target(30, 68, "sm8350", "Snapdragon 888", float_ok=False), ("888", "sd888", "snapdragon888")),
-    (Target(36, 69, "sm8450", "Snapdragon 8 Gen 1"), ("8gen1",)),
-    (Target(43, 73, "sm8550", "Snapdragon 8 Gen 2"), ("8gen2",)),
-    (Target(57, 75, "sm8650", "Snapdragon 8 Gen 3"), ("8gen3",)),
-    (Target(60, 73, "sc8380xp", "Snapdragon X Elite"), ("xelite", "x-elite")),
-    (Target(69, 79, "sm8750", "Snapdragon 8 Elite"), ("8elite",)),
-    (Target(87, 81, "sm8850", "Snapdragon 8 Elite Gen 5"), ("8elite-gen5", "8elitegen5")),
-    # SA8295P: soc id 39 is QNN's SA8295 (ExecuTorch's QcomChipset.SA8295 = 39, v68); QNN 2.51
-    # compiles float graphs for it (unlike SM8350). Not verified against a device.
-    (Target(39, 68, "sa8295p", "Snapdragon SA8295P (automotive)"), ("sa8295",)),
-]
-
-TARGETS: dict[str | int, Target] = {}
-for _t, _aliases in _TARGET_LIST:
-    TARGETS[_t.name] = _t
-    TARGETS[_t.soc_model] = _t
-    for _a in _aliases:
-        TARGETS[_a] = _t
-
-
-def resolve_target(spec: str | int | Target) -> Target:
-    """A Target from its name (sm8650), alias (8gen3), or QNN soc id (57 / "57")."""
-    if isinstance(spec, Target):
-        return spec
-    if isinstance(spec, int) or (str(spec).strip().isdigit() and int(spec) in TARGETS):
-        key: str | int = int(spec)
-    else:
-        key = re.sub(r"^snapdragon[\s_-]*", "", str(spec).strip().lower()).replace(" ", "").replace("_", "-")
-        key = key if key in TARGETS else key.replace("-", "")
-    if key not in TARGETS:
-        names = ", ".join(sorted(t.name for t, _ in _TARGET_LIST))
-        raise BuildError(f"unknown HTP target {spec!r} (choose from {names}, or a QNN soc_model number)")
-    return TARGETS[key]
-
-
-# ------------------------------------------------------------------------------------------------
-# Reports
-# ------------------------------------------------------------------------------------------------
-
-@dataclass
-class NodeIssue:
-    name: str
-    op_type: str
-    reason: str
-
-
-@dataclass
-class CompileReport:
-    onnx_path: Path
-    ctx_path: Path
-    target: Target
-    fp16: bool
-    shared: bool
-    ok: bool = False
-    seconds: float | None = None  # session creation time (= QNN compile + context write)
-    binary: Path | None = None  # the context binary the EPContext model references
-    placements: dict[str, str] = field(default_factory=dict)  # node name -> "QNN" | "CPU"
-    op_types: dict[str, str] = field(default_factory=dict)  # node name -> op type
-    removed: list[str] = field(default_factory=list)  # source nodes ONNX Runtime optimised away
-    rejected: list[NodeIssue] = field(default_factory=list)  # nodes QNN refused, with its reason
-    uncreated: list[str] = field(default_factory=list)  # nodes that passed validation but QNN could not build
-    error: str | None = None
-    sdk_version: str | None = None  # ep_sdk_version in the EPContext node
-    log_path: Path | None = None  # full verbose log (kept on failure or when asked)
-    group: list["CompileReport"] = field(default_factory=list)  # all reports of a shared group
-
-    @property
-    def htp_nodes(self) -> list[str]:
-        return [n for n, p in self.placements.items() if p == "QNN"]
-
-    @property
-    def cpu_nodes(self) -> list[str]:
-        return [n for n, p in self.placements.items() if p != "QNN"]
-
-    def summary(self) -> dict:
-        return {"onnx": str(self.onnx_path), "ctx": str(self.ctx_path), "binary": str(self.binary) if self.binary else None,
-                "target": self.target.name, "ok": self.ok, "seconds": self.seconds, "htp_nodes": len(self.htp_nodes),
-                "cpu_nodes": self.cpu_nodes, "rejected": [vars(r) for r in self.rejected], "error": self.error}
+from runtime import qnn
+from runtime.errors import RuntimeModelError
+from runtime.qnn_targets import Target, resolve_target
 
 
 class HTPCompileError(BuildError):
@@ -145,33 +49,11 @@ class HTPCompileError(BuildError):
         self.reports = reports
 
 
-# ------------------------------------------------------------------------------------------------
-# Versions
-# ------------------------------------------------------------------------------------------------
-
-def qnn_versions() -> dict[str, str]:
-    """onnxruntime / onnxruntime-qnn versions and the QNN SDK the wheel ships."""
-    out = {}
-    for pkg, key in (("onnxruntime", "onnxruntime"), ("onnxruntime-qnn", "onnxruntime_qnn")):
-        try:
-            out[key] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    try:
-        from onnxruntime_qnn import build_and_package_info as info
-
-        if getattr(info, "qnn_version", None):
-            out["qnn_sdk"] = str(info.qnn_version)
-    except ImportError:
-        pass
-    return out
-
-
 def _require_qnn() -> None:
     try:
-        import onnxruntime_qnn  # noqa: F401
-    except ImportError:
-        raise BuildError("HTP compilation needs the onnxruntime-qnn package (pip install onnxruntime-qnn)") from None
+        qnn.register()
+    except RuntimeModelError as e:  # no onnxruntime-qnn: said as a build error
+        raise BuildError(str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -184,13 +66,9 @@ def _default_bin(ctx: Path) -> Path:
 
 def _provider_options(target: Target, fp16: bool, optimization_mode: int | None,
                       extra: dict[str, str] | None) -> dict[str, str]:
-    opts = {"soc_model": str(target.soc_model), "htp_arch": str(target.htp_arch), "htp_performance_mode": "burst"}
-    if fp16:
-        opts["enable_htp_fp16_precision"] = "1"
-    if optimization_mode is not None:
-        opts["htp_graph_finalization_optimization_mode"] = str(optimization_mode)
-    opts.update({k: str(v) for k, v in (extra or {}).items()})
-    return opts
+    more = {"htp_graph_finalization_optimization_mode": str(optimization_mode)} if optimization_mode is not None else {}
+    return qnn.provider_options(soc_model=target.soc_model, htp_arch=target.htp_arch, fp16=fp16,
+                                extra={**more, **(extra or {})})
 
 
 def compile_graphs(jobs: Sequence[tuple[str | Path, str | Path]], target: str | int | Target, fp16: bool = True,
@@ -237,9 +115,9 @@ def compile_graphs(jobs: Sequence[tuple[str | Path, str | Path]], target: str | 
             crashed = f"timeout after {timeout:g} s"
 
     results = json.loads((work / "result.json").read_text()) if (work / "result.json").is_file() else []
-    sections = _parse_log(log_path, len(jobs))
+    sections = parse_log(log_path, len(jobs))
     for i, rep in enumerate(reports):
-        _fill_report(rep, results[i] if i < len(results) else None, sections.get(i))
+        fill_report(rep, results[i] if i < len(results) else None, sections.get(i))
         if not rep.ok and rep.error is None:
             rep.error = (f"the QNN compiler died ({crashed})" if crashed and i == len(results) else
                          "not compiled (an earlier graph of the group failed)")
@@ -265,7 +143,7 @@ def compile_graphs(jobs: Sequence[tuple[str | Path, str | Path]], target: str | 
     if kept != log_path:
         shutil.rmtree(work, ignore_errors=True)
     if failed:
-        raise HTPCompileError(_failure_message(failed, target, reports[0].log_path), reports)
+        raise HTPCompileError(failure_message(failed, target, reports[0].log_path), reports)
     return reports
 
 
@@ -278,171 +156,6 @@ def compile_graph(onnx_path: str | Path, out_ctx_path: str | Path, soc_model: in
     group = list(share_group or [])
     reports = compile_graphs([(onnx_path, out_ctx_path), *group], soc_model, fp16=fp16, shared=bool(group), **kwargs)
     return reports[0]
-
-
-# ------------------------------------------------------------------------------------------------
-# Log parsing
-# ------------------------------------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_VALIDATION = re.compile(r"Validation (PASSED|FAILED) for \d+ nodes in \w+ \((\w+)\)")
-_NODE = re.compile(r"Operator type: (\S+) Node name: (.*?) Node index: \d+")
-_REASON = re.compile(r"^\s*REASON\s*:\s*(.*)$")
-_UNSUPPORTED = re.compile(r"\{ name: (.*?), type: (\w+) \}")
-_UNCREATED = re.compile(r'<E> "(.*?)" generated: could not create op')  # at finalize, after validation
-
-
-@dataclass
-class _Section:
-    verdicts: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # node -> (verdict, op, reason)
-    unsupported: dict[str, str] = field(default_factory=dict)  # node -> op
-    errors: list[str] = field(default_factory=list)  # [E:] lines
-    uncreated: list[str] = field(default_factory=list)  # nodes QNN could not create at finalize
-
-
-def _parse_log(path: Path, n_jobs: int) -> dict[int, _Section]:
-    sections: dict[int, _Section] = {}
-    cur: _Section | None = None
-    pending: list[str] = []  # node names of the last validation block
-    verdict = ""
-    with open(path, "r", errors="replace") as f:
-        for raw in f:
-            line = _ANSI.sub("", raw.rstrip("\n"))
-            if line.startswith(_MARKER):
-                parts = line.split()
-                cur = sections.setdefault(int(parts[1]), _Section()) if parts[2] == "start" else None
-                pending = []
-                continue
-            if cur is None:
-                continue
-            m = _VALIDATION.search(line)
-            if m:
-                verdict, pending = m.group(1), []
-                continue
-            m = _NODE.search(line)
-            if m and verdict:
-                op, name = m.group(1), m.group(2)
-                cur.verdicts[name] = (verdict, op, "")
-                pending.append(name)
-                continue
-            m = _REASON.match(line)
-            if m and pending:
-                for name in pending:
-                    v, op, _ = cur.verdicts[name]
-                    cur.verdicts[name] = (v, op, m.group(1).strip())
-                continue
-            m = _UNCREATED.search(line)
-            if m:
-                cur.uncreated.append(m.group(1))
-                continue
-            if "[E:" in line:
-                cur.errors.append(re.sub(r"^.*?\[E:[^\]]*\]\s*", "", line).strip())
-                for name, op in _UNSUPPORTED.findall(line):
-                    cur.unsupported[name] = op
-            if line.strip() == "":
-                pending, verdict = [], ""
-    return sections
-
-
-def _fill_report(rep: CompileReport, result: dict | None, section: _Section | None) -> None:
-    source = _source_nodes(rep.onnx_path)
-    section = section or _Section()
-    for name, (verdict, op, reason) in section.verdicts.items():
-        rep.op_types[name] = op
-        rep.placements[name] = "QNN" if verdict == "PASSED" else "CPU"
-        if verdict == "FAILED":
-            rep.rejected.append(NodeIssue(name, op, _short_reason(reason) or "rejected by QNN validation"))
-    for name, op in section.unsupported.items():
-        if name not in rep.placements or rep.placements[name] == "QNN":
-            rep.placements[name] = "CPU"
-            rep.op_types[name] = op
-            if not any(r.name == name for r in rep.rejected):
-                rep.rejected.append(NodeIssue(name, op, "not supported by the QNN EP"))
-    rep.removed = [n for n in source if n not in rep.placements]
-    if result is None:
-        return
-    rep.seconds = result.get("seconds")
-    if result.get("ok"):
-        rep.ok = True
-        # CPU fallback is disabled: a session that exists runs every node on QNN
-        for name in rep.placements:
-            rep.placements[name] = "QNN"
-        rep.rejected = []
-        rep.binary, rep.sdk_version = _context_info(rep.ctx_path)
-    else:
-        rep.error = _one_line(result.get("error") or "session creation failed")
-        rep.uncreated = list(dict.fromkeys(section.uncreated))
-        if not rep.rejected:  # add what QNN itself logged as errors, if it said more than the exception
-            extra = [e for e in dict.fromkeys(_one_line(x) for x in section.errors) if e and e not in rep.error]
-            if extra:
-                rep.error += " (QNN: " + "; ".join(extra[-2:]) + ")"
-
-
-def _source_nodes(path: Path) -> list[str]:
-    import onnx
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001
-        return []
-    return [n.name for n in model.graph.node]
-
-
-def _context_info(ctx: Path) -> tuple[Path | None, str | None]:
-    import onnx
-
-    if not ctx.is_file():
-        return None, None
-    model = onnx.load(str(ctx), load_external_data=False)
-    binary = sdk = None
-    for node in model.graph.node:
-        if node.op_type == "EPContext":
-            for a in node.attribute:
-                if a.name == "ep_cache_context" and binary is None:
-                    binary = ctx.parent / a.s.decode()
-                elif a.name == "ep_sdk_version":
-                    sdk = a.s.decode()
-    return binary, sdk
-
-
-_ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
-_SOURCE_LOC = re.compile(r"/\S+\.(?:cc|h|cpp):\d+\s+[^\[]*")
-
-
-def _one_line(text: str) -> str:
-    msg = _ORT_PREFIX.split(text)[-1]
-    return " ".join(_SOURCE_LOC.sub("", msg).split())
-
-
-def _short_reason(reason: str) -> str:
-    # QNN glues a second sentence on without a space: "…by QNN EP.Trilu node `x` will not be …"
-    return re.sub(r"\.(?=[A-Z])", ". ", reason).split(". ")[0].rstrip(".") if reason else ""
-
-
-_HINTS = {
-    "QNN_COMMON_ERROR_MEM_ALLOC": "the graph does not fit one HTP context (split the model into smaller parts), "
-                                  "or the target's HTP has no float support (quantize first)",
-}
-
-
-def _failure_message(failed: list[CompileReport], target: Target, log_path: Path | None) -> str:
-    parts = []
-    for rep in failed:
-        where = rep.onnx_path.name
-        if rep.rejected:
-            nodes = "; ".join(f"{r.name} ({r.op_type}: {r.reason})" for r in rep.rejected)
-            parts.append(f"{where}: {len(rep.rejected)} node(s) cannot run on HTP: {nodes}")
-        else:
-            hint = next((h for k, h in _HINTS.items() if k in (rep.error or "")), "")
-            if not target.float_ok and rep.fp16 and "MEM_ALLOC" in (rep.error or ""):
-                hint = f"{target.name} (v{target.htp_arch}) has no float HTP: quantize the model first"
-            if rep.uncreated:  # what QNN logged at finalize says more than its MEM_ALLOC code
-                more = len(rep.uncreated) - 6
-                hint = (f"QNN could not create {len(rep.uncreated)} node(s) that had passed validation for "
-                        f"{target.name}: {', '.join(rep.uncreated[:6])}{f' and {more} more' if more > 0 else ''}")
-            parts.append(f"{where}: {rep.error}" + (f" ({hint})" if hint else ""))
-    return (f"HTP compile for {target.name} (soc {target.soc_model}, v{target.htp_arch}) failed: " + " | ".join(parts)
-            + (f" [verbose log: {log_path}]" if log_path else ""))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -465,7 +178,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     model_dir = Path(model_dir).resolve()
     manifest = load_manifest(model_dir, verify=False)
     variant = "shared" if shared else "sim"
-    versions = qnn_versions()
+    versions = qnn.versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
     if _lpbq(manifest.quantization, shared):
@@ -562,20 +275,14 @@ def record_target(model_dir: str | Path, entry: dict) -> None:
 
 def _worker(job_file: str) -> int:
     import onnxruntime as ort
-    import onnxruntime_qnn
 
     spec = json.loads(Path(job_file).read_text())
     ort.set_default_logger_severity(0)
-    if not any(d.ep_name == EP_NAME for d in ort.get_ep_devices()):
-        ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
-    npu = [d for d in devices if d.device.type == ort.OrtHardwareDeviceType.NPU]
-    devices = npu or devices[:1]
-    options = {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), **spec["provider_options"]}
+    devices, options = qnn.devices(), spec["provider_options"]
     results = []
     jobs = spec["jobs"]
     for i, job in enumerate(jobs):
-        os.write(2, f"\n{_MARKER} {i} start {job['onnx']}\n".encode())
+        os.write(2, f"\n{MARKER} {i} start {job['onnx']}\n".encode())
         so = ort.SessionOptions()
         so.log_severity_level = 0
         so.log_verbosity_level = 0
@@ -591,12 +298,12 @@ def _worker(job_file: str) -> int:
         start = time.perf_counter()
         try:
             session = ort.InferenceSession(job["onnx"], so)
-            ok, error = EP_NAME in session.get_providers(), None
+            ok, error = qnn.EP_NAME in session.get_providers(), None
             del session
         except Exception as e:  # noqa: BLE001
             ok, error = False, str(e)
         results.append({"ok": ok, "error": error, "seconds": time.perf_counter() - start})
-        os.write(2, f"\n{_MARKER} {i} end\n".encode())
+        os.write(2, f"\n{MARKER} {i} end\n".encode())
         tmp = spec["result"] + ".tmp"
         Path(tmp).write_text(json.dumps(results))
         os.replace(tmp, spec["result"])

@@ -124,7 +124,7 @@ class BuildPlan(_Plan):
 def build_model(plan: BuildPlan, report: Callable[[str], None] = lambda line: None) -> Manifest:
     """Build `plan.out` whole: graphs, then PTQ (the float build lives in a scratch directory beside
     it, so a failure leaves `out` as it was), then HTP compilation recorded in the manifest.
-    `report` gets a line per finished step."""
+    `report` gets a line per compiled target and variant, and any change the targets made to the recipe."""
     recipe = _recipe(plan, report)  # a bad recipe or target fails before the build, not after
     if recipe is None:
         _graphs(plan, plan.out)
@@ -139,13 +139,9 @@ def build_model(plan: BuildPlan, report: Callable[[str], None] = lambda line: No
                                evaluate=q.eval_samples != 0, eval_samples=q.eval_samples, progress=plan.progress)
         finally:
             shutil.rmtree(float_dir, ignore_errors=True)
-    manifest = load_manifest(plan.out)
-    report(f"built {manifest.name} ({manifest.quantization.get('recipe', 'none')}): "
-           f"{', '.join(dict.fromkeys(g.file for g in manifest.graphs))} in {plan.out}")
     if plan.htp is not None:
         compile_model(plan.out, plan.htp, report)
-        manifest = load_manifest(plan.out)
-    return manifest
+    return load_manifest(plan.out)
 
 
 def compile_model(model_dir: Path, htp: HtpBuild, report: Callable[[str], None] = lambda line: None) -> None:
@@ -173,7 +169,7 @@ def _recipe(plan: BuildPlan, report: Callable[[str], None]):
     """The PTQ recipe adjusted to the HTP targets, or None when the plan has no PTQ step."""
     if not isinstance(plan.quant, HtpPtq):
         return None
-    from build_scripts.compile import resolve_target
+    from runtime.qnn_targets import resolve_target
     from build_scripts.quantize import for_targets, resolve_recipe
 
     requested = resolve_recipe(plan.quant.recipe)

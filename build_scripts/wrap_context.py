@@ -32,11 +32,11 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from build_scripts.compile import resolve_target
 from build_scripts.errors import BuildError
 from build_scripts.quantize.qdq import KV_INPUT, KV_OUTPUT
 from build_scripts.staging import staged_directory
 from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest
+from runtime.qnn_targets import resolve_target
 
 # QNN data types (context-binary-utility names) -> the contract's dtypes; fixed point = quantized
 _QNN_TYPES = {

@@ -87,8 +87,9 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     from runtime.llm import LLM
+    from runtime.options import RuntimeOptions
 
-    llm = LLM(args.model, backend=args.backend, threads=args.threads)
+    llm = LLM(args.model, RuntimeOptions(backend=args.backend, threads=args.threads))
     load_s = time.perf_counter() - t0
     llm.stop_ids = set()  # exactly --gen tokens per run
     lengths = [int(x) for x in args.lengths.split(",")]

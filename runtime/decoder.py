@@ -22,6 +22,7 @@ from models.manifest import load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.graphs import graph_paths
 from runtime.kv_cache import KVRows, StaticKVCache, rerotate
+from runtime.options import RuntimeOptions
 from runtime.session import open_graph
 
 
@@ -29,10 +30,10 @@ START_GRAPH = "start"  # graph name of the position-0 graph of quantized models
 
 
 class Decoder:
-    def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
-                 verify: bool = True, prepack: bool | None = None, target: str | None = None):
+    def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), verify: bool = True,
+                 prepack: bool | None = None):
         """`prepack=False`: no session packs a copy of its weights (slower on the CPU, but a float
-        1.5B model's decode graph would copy 6 GB); None: the rule below. `target`: the HTP build to load."""
+        1.5B model's decode graph would copy 6 GB); None: the rule below."""
         self.dir = Path(model_dir)
         self.manifest = m = load_manifest(self.dir, verify=verify)
         if m.kind != "llm":
@@ -43,7 +44,7 @@ class Decoder:
         arch = m.architecture
         self.context: int = m.context
         self.mask_value = np.float32(m.mask_value)
-        paths = graph_paths(self.dir, m, backend, target)
+        paths = graph_paths(self.dir, m, options.backend, options.target)
         # float graphs on the CPU: only the decode graph gets packed weights: it runs every token
         # (packing bought 25% there), while prefill barely gains from it and each packed copy costs a
         # full set of weights. MatMulNBits graphs always pack: their integer kernels need it
@@ -54,11 +55,11 @@ class Decoder:
             key = str(paths[g.name])
             if key not in opened:
                 pack = (blocks or g.kind == "decode") if prepack is None else prepack
-                opened[key] = open_graph(paths[g.name], backend, threads, prepack=pack)
+                opened[key] = open_graph(paths[g.name], options, prepack=pack)
             return opened[key]
 
         self.sessions = {g.seq: session(g) for g in m.graphs if g.name != START_GRAPH}
-        self.start_session = next((open_graph(paths[g.name], backend, threads, prepack=False)
+        self.start_session = next((open_graph(paths[g.name], options, prepack=False)
                                    for g in m.graphs if g.name == START_GRAPH), None)
         self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
         self.n_layers = arch["n_layers"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime.embedder import Embedder, pick_graph
+from runtime.options import RuntimeOptions
 
 # 12 tokens with [CLS] and [SEP] in MiniLM's WordPiece: a spoken question's length
 QUESTION = "How long does fast charging take at a station?"
@@ -45,7 +46,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
-    emb = Embedder(args.model, threads=args.threads)
+    emb = Embedder(args.model, RuntimeOptions(threads=args.threads))
     ids, _ = emb.encode_ids([args.text])
     main_graph = emb.graphs[0]
 

@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 from models.manifest import GraphSpec, load_manifest
 from runtime.errors import RuntimeModelError
 from runtime.graphs import graph_paths
+from runtime.options import RuntimeOptions
 from runtime.session import open_graph
 
 
@@ -41,8 +42,7 @@ def pick_graph(graphs: list[GraphSpec], rows: int, longest: int) -> GraphSpec:
 
 
 class Embedder:
-    def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
-                 verify: bool = True, target: str | None = None):
+    def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), verify: bool = True):
         self.dir = Path(model_dir)
         self.manifest = m = load_manifest(self.dir, verify=verify)
         if m.kind != "embedder":
@@ -50,13 +50,13 @@ class Embedder:
         graph = m.graph("embed")  # the main graph is listed first
         self.batch, self.seq = graph.batch, graph.seq
         self.dim = m.architecture["hidden"]
-        paths = graph_paths(self.dir, m, backend, target)
-        self.session = open_graph(paths[graph.name], backend, threads)
+        paths = graph_paths(self.dir, m, options.backend, options.target)
+        self.session = open_graph(paths[graph.name], options)
         # the query buckets: smaller graphs of the same weights (none in a model built before them,
         # or wrapped without them); texts are cut at the main graph's L whichever graph runs them
         self.graphs = [graph] + [g for g in m.graphs if g.kind == "embed" and g.name != graph.name
                                  and g.seq <= graph.seq and g.name in paths]
-        self.bucket_sessions = {g.name: open_graph(paths[g.name], backend, threads) for g in self.graphs[1:]}
+        self.bucket_sessions = {g.name: open_graph(paths[g.name], options) for g in self.graphs[1:]}
         self.tokenizer = Tokenizer.from_file(str(self.dir / m.tokenizer.file))
         # the graph has a fixed length: we pad and truncate ourselves and report truncation
         self.tokenizer.no_padding()

@@ -19,6 +19,7 @@ from runtime.chat_template import ChatTemplate
 from runtime.decoder import Decoder
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.kv_cache import KVRows
+from runtime.options import RuntimeOptions
 from runtime.sampling import SamplingParams, sample_next
 from runtime.textstream import IncrementalDetokenizer, StopStringFilter
 
@@ -85,9 +86,8 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class LLM:
-    def __init__(self, model_dir: str | Path, backend: str = "cpu", threads: int | None = None,
-                 prepack: bool | None = None, target: str | None = None):
-        self.decoder = Decoder(model_dir, backend=backend, threads=threads, prepack=prepack, target=target)
+    def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), prepack: bool | None = None):
+        self.decoder = Decoder(model_dir, options, prepack=prepack)
         m = self.decoder.manifest
         self.name = m.name
         # identity of what the graphs compute: this build's weights (KV rows kept from it are its own)

@@ -21,14 +21,13 @@ import argparse
 import gc
 import json
 import csv
-import os
 import re
 import statistics
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from runtime.session import PROFILE_ENV
+from runtime.options import RuntimeOptions
 
 
 def summarize(profile: Path, last_runs: int) -> dict:
@@ -87,20 +86,16 @@ def profile_decode(model: str, prompt: int, steps: int, threads: int | None = No
     """Prefill `prompt` tokens of the bench text, decode `steps` tokens with profiling on, and
     summarize the last half of the decode steps (well past the prefill)."""
     with tempfile.TemporaryDirectory(prefix="hexrag-profile-") as tmp:
-        os.environ[PROFILE_ENV] = tmp
-        try:
-            from runtime.bench import prompt_of
-            from runtime.llm import LLM
+        from runtime.bench import prompt_of
+        from runtime.llm import LLM
 
-            llm = LLM(model, threads=threads)
-            if prompt + steps > llm.context:
-                raise SystemExit(f"error: prompt {prompt} + {steps} steps exceed the model's context {llm.context}")
-            llm.stop_ids = set()
-            llm.generate(prompt_of(llm, prompt), max_new_tokens=steps).run()
-            del llm
-            gc.collect()  # a session writes its profile when it is released
-        finally:
-            del os.environ[PROFILE_ENV]
+        llm = LLM(model, RuntimeOptions(threads=threads, profile_dir=Path(tmp)))
+        if prompt + steps > llm.context:
+            raise SystemExit(f"error: prompt {prompt} + {steps} steps exceed the model's context {llm.context}")
+        llm.stop_ids = set()
+        llm.generate(prompt_of(llm, prompt), max_new_tokens=steps).run()
+        del llm
+        gc.collect()  # a session writes its profile when it is released
         # the decode session ran the most times (it is also the prefill one for one-graph builds)
         files = sorted(Path(tmp).glob("*.json"), key=lambda p: p.read_text().count('"model_run"'))
         if not files:

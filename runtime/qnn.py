@@ -3,8 +3,8 @@
 Everything QNN-specific the runtime needs lives here: registering the plugin EP library (once per
 process), picking the QNN device, turning keyword arguments into provider options, reading the
 versions the installed wheel ships, and inspecting EPContext models (`*_ctx.onnx` + `*.bin`)
-before handing them to ONNX Runtime. `build_scripts/compile.py` configures its compile sessions
-the same way (without importing the runtime).
+before handing them to ONNX Runtime. `build_scripts/compile.py` sets up its compile sessions with
+these same functions.
 
 On x86_64 the HTP backend of the wheel is the HTP *simulator*: functionally real, very slow,
 and unable to load context binaries built with shared weights (it crashes the process; we
@@ -13,7 +13,6 @@ refuse them before ONNX Runtime sees them).
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import threading
@@ -24,35 +23,12 @@ from pathlib import Path
 import onnxruntime as ort
 
 from runtime.errors import RuntimeModelError
+from runtime.options import log_severity
 
 EP_NAME = "QNNExecutionProvider"
-LOG_LEVEL_ENV = "HEXRAG_QNN_LOG_LEVEL"
-SOC_MODEL_ENV = "HEXRAG_QNN_SOC_MODEL"
-DEFAULT_LOG_LEVEL = "error"  # ORT's default (warning) prints two harmless warnings per QNN session
-PERFORMANCE_MODES = ("burst", "sustained_high_performance", "high_performance", "balanced",
-                     "default", "low_balanced", "power_saver", "low_power_saver", "high_power_saver",
-                     "extreme_power_saver")
-# ONNX Runtime severities; QNN's own log level follows the session's severity
-LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
 
 _lock = threading.Lock()
 _registered = False
-
-
-def log_severity(level: str | int | None = None) -> int:
-    """ORT severity (0 verbose … 4 fatal) from an argument, else $HEXRAG_QNN_LOG_LEVEL, else 'error'."""
-    if level is None:
-        level = os.environ.get(LOG_LEVEL_ENV) or DEFAULT_LOG_LEVEL
-    if isinstance(level, int) or str(level).strip().isdigit():
-        value = int(level)
-        if 0 <= value <= 4:
-            return value
-    else:
-        key = str(level).strip().lower()
-        key = {"warn": "warning", "debug": "verbose", "trace": "verbose"}.get(key, key)
-        if key in LOG_LEVELS:
-            return LOG_LEVELS[key]
-    raise RuntimeModelError(f"unknown QNN log level {level!r} (choose from {', '.join(LOG_LEVELS)} or 0-4)")
 
 
 def is_simulator() -> bool:
@@ -123,9 +99,6 @@ def versions() -> dict[str, str]:
 def provider_options(*, soc_model: int | None = None, htp_arch: int | None = None,
                      performance_mode: str = "burst", fp16: bool = False,
                      extra: dict[str, str] | None = None) -> dict[str, str]:
-    if performance_mode not in PERFORMANCE_MODES:
-        raise RuntimeModelError(f"unknown htp_performance_mode {performance_mode!r} "
-                                f"(choose from {', '.join(PERFORMANCE_MODES)})")
     options = {"backend_path": htp_backend_path(), "htp_performance_mode": performance_mode}
     if soc_model is not None:
         options["soc_model"] = str(int(soc_model))
@@ -133,15 +106,15 @@ def provider_options(*, soc_model: int | None = None, htp_arch: int | None = Non
         options["htp_arch"] = str(int(htp_arch))
     if fp16:
         if soc_model is None:
-            raise RuntimeModelError(f"running a float graph on HTP needs the SoC model: pass soc_model or set "
-                                    f"{SOC_MODEL_ENV} (e.g. 57 for SM8650), or load an EPContext build")
+            raise RuntimeModelError("running a float graph on HTP needs the SoC model: set HEXRAG_QNN_SOC_MODEL "
+                                    "(e.g. 57 for SM8650), or load an EPContext build")
         options["enable_htp_fp16_precision"] = "1"
     for k, v in (extra or {}).items():
         options[k] = str(v)
     return options
 
 
-def session_options(provider_opts: dict[str, str], *, log_level: str | int | None = None,
+def session_options(provider_opts: dict[str, str], *, log_level: str | int = "error",
                     threads: int | None = None, config: dict[str, str] | None = None,
                     spinning: bool = False) -> ort.SessionOptions:
     """SessionOptions with the QNN EP added for its device(s) and CPU fallback disabled; the host
@@ -166,13 +139,13 @@ _ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 _SOURCE_LOC = re.compile(r"/\S+\.(?:cc|h|cpp):\d+\s+[^\[]*")
 
 
-def ort_message(e: BaseException) -> str:
-    """The innermost ORT message of an exception, on one line, without source locations."""
+def ort_message(e: BaseException | str) -> str:
+    """The innermost ORT message of an exception (or its text), on one line, without source locations."""
     text = str(e)
     parts = _ORT_PREFIX.split(text)
     msg = parts[-1] if parts else text
     msg = _SOURCE_LOC.sub("", msg)
-    return " ".join(msg.split()) or type(e).__name__
+    return " ".join(msg.split()) or (type(e).__name__ if isinstance(e, BaseException) else "")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -227,25 +200,21 @@ def binary_graph_count(path: Path, head: int = 1 << 16) -> int:
 # Manifest `target` entries written by build_scripts/compile.py
 # ------------------------------------------------------------------------------------------------
 
-TARGET_ENV = "HEXRAG_QNN_TARGET"
-
-
 def select_build(target_entry: dict, target: str | None = None, variant: str | None = None) -> dict:
     """Pick the HTP build to load from a manifest `target` entry.
 
-    target: a build's target name (sm8650 …); default $HEXRAG_QNN_TARGET, else the only one built.
+    target: a build's target name (sm8650 …); default the only one built.
     variant: "sim" (unshared binaries) on the x86 simulator, "shared" on a device; falls back
     to "sim" on a device when no shared build exists (unshared binaries load everywhere).
     """
     builds = target_entry.get("builds") or []
     if target_entry.get("backend") != "htp" or not builds:
         raise RuntimeModelError("this model has no HTP build; compile it for a target first, or use --backend cpu")
-    target = target or os.environ.get(TARGET_ENV)
     names = sorted({b["target"] for b in builds})
     if target is None:
         if len(names) > 1:
             raise RuntimeModelError(f"this model has HTP builds for {', '.join(names)}: choose one with "
-                                    f"{TARGET_ENV}")
+                                    "HEXRAG_QNN_TARGET")
         target = names[0]
     candidates = [b for b in builds if b["target"] == target]
     if not candidates:

@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from runtime.errors import RuntimeModelError
+from runtime.options import RuntimeOptions
 
-BACKENDS = ("cpu", "htp")
 # ONNX Runtime's intra-op workers busy-wait for work between parallel sections by default. On a
 # CPU shared with other processes that spinning costs more than it saves: the spinning worker
 # takes the time slices the thread holding the work needs, and a parallel section waits for a
@@ -33,80 +33,63 @@ def thread_options(options: ort.SessionOptions, threads: int | None, spinning: b
     The thread count is always given to ONNX Runtime explicitly: when it picks the count itself
     (0) it also pins each worker to one core, and a pinned worker cannot move off a core another
     process is using (measured: `Cpus_allowed_list` of the worker is `1` with 0, `0-1` with 2)."""
-    count = threads or int(os.environ.get("HEXRAG_THREADS", "0")) or len(os.sched_getaffinity(0))
+    count = threads or len(os.sched_getaffinity(0))
     options.intra_op_num_threads = count
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
 
 
-PROFILE_ENV = "HEXRAG_PROFILE"
-# HTP sessions: QNN's own profile (per-node cycles, accelerator time per run) as DIR/<graph>.csv
-QNN_PROFILE_ENV = "HEXRAG_QNN_PROFILE"
-
-
 class GraphSession:
     """Runs one graph file; inputs/outputs are numpy arrays keyed by graph I/O name.
 
-    HTP-only keyword arguments (ignored by the CPU backend):
-      soc_model         QNN SoC id (57 = SM8650 …); needed to compile a float graph; default
-                        $HEXRAG_QNN_SOC_MODEL. EPContext models carry their target already.
+    `options`: backend, threads, the HTP build's SoC / performance mode / log level, profiling
+    (runtime/options.py). Per-graph keyword arguments, for HTP (ignored by the CPU backend):
       htp_arch          HTP architecture number (75 …), optional.
-      performance_mode  htp_performance_mode, default "burst".
       fp16              enable_htp_fp16_precision; default: on for plain float graphs.
-      log_level         "verbose" | "info" | "warning" | "error" | "fatal" (or 0-4); default
-                        $HEXRAG_QNN_LOG_LEVEL, else "error". QNN's log follows it.
       share_ep_contexts load a context binary shared by several graphs (prefill + decode) once
                         for all sessions of the process; default: on when the binary holds
                         more than one graph (devices only: the x86 simulator cannot load them).
       provider_options  extra QNN provider options, passed through.
       session_config    extra session config entries, passed through.
     Both: spinning=True lets ONNX Runtime's idle workers busy-wait (off by default: see
-    INTRA_OP_SPINNING); the thread count defaults to $HEXRAG_THREADS, else every core this process
-    may run on.
-    CPU-only: prepack=False keeps weights memory-mapped instead of packing a copy per session;
-    $HEXRAG_PROFILE=DIR makes every session write an ONNX Runtime profile there (runtime.profile).
-    HTP: $HEXRAG_QNN_PROFILE=DIR makes every session write QNN's detailed profile there
-    (`python -m runtime.profile --qnn DIR` sums it).
+    INTRA_OP_SPINNING). CPU only: prepack=False keeps weights memory-mapped instead of packing a
+    copy per session.
     """
 
-    def __init__(self, path: Path, backend: str = "cpu", threads: int | None = None, *,
-                 soc_model: int | None = None, htp_arch: int | None = None, performance_mode: str = "burst",
-                 fp16: bool | None = None, log_level: str | int | None = None,
-                 share_ep_contexts: bool | None = None, provider_options: dict[str, str] | None = None,
-                 session_config: dict[str, str] | None = None, prepack: bool = True,
-                 spinning: bool = INTRA_OP_SPINNING):
-        if backend not in BACKENDS:
-            raise RuntimeModelError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    def __init__(self, path: Path, options: RuntimeOptions = RuntimeOptions(), *, htp_arch: int | None = None,
+                 fp16: bool | None = None, share_ep_contexts: bool | None = None,
+                 provider_options: dict[str, str] | None = None, session_config: dict[str, str] | None = None,
+                 prepack: bool = True, spinning: bool = INTRA_OP_SPINNING):
         self.path = Path(path)
-        self.backend = backend
+        self.backend = options.backend
         if not self.path.is_file():
             raise RuntimeModelError(f"graph file {self.path} is missing; rebuild the model")
-        if backend == "htp":
-            self._session = self._htp_session(threads, soc_model, htp_arch, performance_mode, fp16, log_level,
-                                              share_ep_contexts, provider_options, session_config, spinning)
+        if self.backend == "htp":
+            self._session = self._htp_session(options, htp_arch, fp16, share_ep_contexts, provider_options,
+                                              session_config, spinning)
         else:
-            options = ort.SessionOptions()
-            thread_options(options, threads, spinning)
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            so = ort.SessionOptions()
+            thread_options(so, options.threads, spinning)
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             # ONNX Runtime fuses a block-wise DequantizeLinear + MatMul (a w4a16 or block-int8 HTP
             # graph) into MatMulNBits, by default at accuracy level 4: int8 activations, not the
             # 16 bits the NPU runs. Level 1 (float32) computes what the graph says (SmolLM2 w8a16
             # on its GGUF blocks: logits cosine vs float 0.99963 -> 0.9999999 on one decode step).
             # The CPU target's own MatMulNBits nodes keep their accuracy_level attribute.
-            options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
+            so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
             if not prepack:
                 # weights stay memory-mapped from the shared weights file instead of being copied into
                 # a packed layout per session (SmolLM2, 3 graphs: 1.95 GB -> 0.6 GB peak RSS)
-                options.add_session_config_entry("session.disable_prepacking", "1")
-            if os.environ.get(PROFILE_ENV):  # written when the session is released
-                options.enable_profiling = True
-                options.profile_file_prefix = str(Path(os.environ[PROFILE_ENV]) / self.path.stem)
-            self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+                so.add_session_config_entry("session.disable_prepacking", "1")
+            if options.profile_dir is not None:  # written when the session is released
+                so.enable_profiling = True
+                so.profile_file_prefix = str(options.profile_dir / self.path.stem)
+            self._session = ort.InferenceSession(str(self.path), so, providers=["CPUExecutionProvider"])
         self.output_names = [o.name for o in self._session.get_outputs()]
         self.input_names = [i.name for i in self._session.get_inputs()]
 
-    def _htp_session(self, threads, soc_model, htp_arch, performance_mode, fp16, log_level, share,
-                     extra_options, extra_config, spinning) -> ort.InferenceSession:
+    def _htp_session(self, opts: RuntimeOptions, htp_arch, fp16, share, extra_options, extra_config,
+                     spinning) -> ort.InferenceSession:
         from runtime import qnn
 
         kind = qnn.inspect_graph(self.path)
@@ -121,17 +104,15 @@ class GraphSession:
             if share if share is not None else multi:
                 config["ep.share_ep_contexts"] = "1"
             fp16 = False  # precision is baked into the binary
-        else:
-            if soc_model is None and os.environ.get(qnn.SOC_MODEL_ENV):
-                soc_model = int(os.environ[qnn.SOC_MODEL_ENV])
-            if fp16 is None:
-                fp16 = not kind.quantized
-        if os.environ.get(QNN_PROFILE_ENV):
-            csv = Path(os.environ[QNN_PROFILE_ENV]) / f"{self.path.stem}.csv"
+        elif fp16 is None:
+            fp16 = not kind.quantized
+        if opts.qnn_profile_dir is not None:
+            csv = opts.qnn_profile_dir / f"{self.path.stem}.csv"
             extra_options = {"profiling_level": "detailed", "profiling_file_path": str(csv), **(extra_options or {})}
-        options = qnn.provider_options(soc_model=soc_model, htp_arch=htp_arch, performance_mode=performance_mode,
-                                       fp16=fp16, extra=extra_options)
-        so = qnn.session_options(options, log_level=log_level, threads=threads, config=config, spinning=spinning)
+        options = qnn.provider_options(soc_model=opts.soc_model, htp_arch=htp_arch,
+                                       performance_mode=opts.performance_mode, fp16=fp16, extra=extra_options)
+        so = qnn.session_options(options, log_level=opts.log_level, threads=opts.threads, config=config,
+                                 spinning=spinning)
         try:
             return ort.InferenceSession(str(self.path), so)
         except Exception as e:  # noqa: BLE001 - ORT raises Fail / EPFail / InvalidArgument ...
@@ -185,8 +166,8 @@ class PartedSession:
     one GraphSession: the inputs and outputs are the whole graph's, the boundary tensors are
     allocated here once and bound like every other buffer."""
 
-    def __init__(self, paths: list[Path], backend: str = "cpu", threads: int | None = None, **kwargs):
-        self.parts = [GraphSession(p, backend, threads, **kwargs) for p in paths]
+    def __init__(self, paths: list[Path], options: RuntimeOptions = RuntimeOptions(), **kwargs):
+        self.parts = [GraphSession(p, options, **kwargs) for p in paths]
         made: dict[str, tuple[list[int], np.dtype]] = {}
         self._boundary: dict[str, np.ndarray] = {}
         for s in self.parts:
@@ -216,12 +197,12 @@ class PartedSession:
         return self.parts[0].providers
 
 
-def open_graph(path: Path | list[Path], backend: str = "cpu", threads: int | None = None,
+def open_graph(path: Path | list[Path], options: RuntimeOptions = RuntimeOptions(),
                **kwargs) -> GraphSession | PartedSession:
     """A session for one entry of runtime.graphs.graph_paths: a file, or the parts of a split graph."""
     if isinstance(path, list):
-        return PartedSession(path, backend, threads, **kwargs)
-    return GraphSession(path, backend, threads, **kwargs)
+        return PartedSession(path, options, **kwargs)
+    return GraphSession(path, options, **kwargs)
 
 
 _NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(uint16)": np.uint16,

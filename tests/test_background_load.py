@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from app.bench import llm_speed
 from app.bench.load import HOG_MARK, CpuHog
 from app.cli import main
+from runtime.options import RuntimeOptions
 from runtime.session import GraphSession
 
 
@@ -112,8 +113,7 @@ def test_bench_cli_background_load(tiny_builds):
     assert bad.exit_code == 2 and "--background-load" in bad.output
 
 
-def test_cpu_sessions_do_not_spin_and_are_not_pinned(tiny_builds, monkeypatch):
-    monkeypatch.delenv("HEXRAG_THREADS", raising=False)
+def test_cpu_sessions_do_not_spin_and_are_not_pinned(tiny_builds):
     graph = next(tiny_builds["bert"].glob("embed.onnx"))
     session = GraphSession(graph)  # no thread count given: every core this process may use
     options = session._session.get_session_options()
@@ -126,6 +126,6 @@ def test_cpu_sessions_do_not_spin_and_are_not_pinned(tiny_builds, monkeypatch):
     allowed = {Path(t / "status").read_text().split("Cpus_allowed_list:")[1].split()[0]
                for t in Path(f"/proc/{os.getpid()}/task").iterdir()}
     assert len(allowed) == 1
-    spinning = GraphSession(graph, threads=1, spinning=True)._session.get_session_options()
+    spinning = GraphSession(graph, RuntimeOptions(threads=1), spinning=True)._session.get_session_options()
     assert spinning.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert spinning.intra_op_num_threads == 1

@@ -13,17 +13,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxruntime_qnn")
 
-from build_scripts.compile import (TARGETS, HTPCompileError, compile_graph, compile_model_dir,  # noqa: E402
-                                   record_target, resolve_target)
+from build_scripts.compile import HTPCompileError, compile_graph, compile_model_dir, record_target  # noqa: E402
 from build_scripts.errors import BuildError  # noqa: E402
 from models.manifest import load_manifest  # noqa: E402
 from runtime import qnn  # noqa: E402
 from runtime.decoder import Decoder  # noqa: E402
 from runtime.embedder import Embedder  # noqa: E402
 from runtime.errors import RuntimeModelError  # noqa: E402
+from runtime.options import RuntimeOptions  # noqa: E402
+from runtime.qnn_targets import TARGETS, UnknownTargetError, resolve_target  # noqa: E402
 from runtime.session import GraphSession  # noqa: E402
 
 TARGET = "sm8650"  # soc 57, v75
+HTP = RuntimeOptions(backend="htp")
 DECODE_STEPS = 8
 
 
@@ -64,7 +66,7 @@ class _Recording:
 
 def _htp_decoder(model_dir, used: list) -> Decoder:
     """The runtime's Decoder on the htp backend (it loads the recorded EPContext build)."""
-    dec = Decoder(model_dir, backend="htp")
+    dec = Decoder(model_dir, HTP)
     build = _build(model_dir)
     assert {s.path for s in dec.sessions.values()} == {model_dir / p for p in build["graphs"].values()}
     dec.sessions = {seq: _Recording(sess, seq, used) for seq, sess in dec.sessions.items()}
@@ -120,12 +122,11 @@ def test_htp_embedder_matches_cpu(htp_models, tiny_builds, monkeypatch):
     d = htp_models["bert"]
     texts = ["the cat sat on the mat", "a tyre pressure warning light", "hello", "what is in the box?", "the end"]
     ref = Embedder(d).embed(texts).vectors
-    emb = Embedder(d, backend="htp")  # the EPContext build recorded in the manifest
+    emb = Embedder(d, HTP)  # the EPContext build recorded in the manifest
     assert emb.session.path == d / _build(d)["graphs"]["embed"]
     got = emb.embed(texts).vectors
     # a model without an HTP build: its ONNX graph is compiled when the session is created
-    monkeypatch.setenv(qnn.SOC_MODEL_ENV, "57")
-    jit = Embedder(tiny_builds["bert"], backend="htp").embed(texts).vectors
+    jit = Embedder(tiny_builds["bert"], RuntimeOptions(backend="htp", soc_model=57)).embed(texts).vectors
     for i in range(len(texts)):  # every batch row, including the padded second batch
         assert cosine(got[i], ref[i]) >= 0.999
         assert cosine(jit[i], ref[i]) >= 0.999
@@ -142,9 +143,9 @@ def test_ep_context_model_matches_compile_time_session(htp_models):
         else:
             feeds[spec.name] = (rng.standard_normal(spec.shape) * 0.5).astype(np.float32)
     feeds["attention_mask"][:] = 0.0
-    ctx = GraphSession(d / _build(d)["graphs"]["decode"], "htp")
+    ctx = GraphSession(d / _build(d)["graphs"]["decode"], HTP)
     # the same graph compiled in-process with the options compile.py uses
-    fresh = GraphSession(d / "decode.onnx", "htp", soc_model=57, htp_arch=75,
+    fresh = GraphSession(d / "decode.onnx", RuntimeOptions(backend="htp", soc_model=57), htp_arch=75,
                          provider_options={"htp_graph_finalization_optimization_mode": "3"})
     a, b, ref = ctx.run(feeds), fresh.run(feeds), cpu.run(feeds)
     assert ctx.output_names == fresh.output_names == cpu.output_names
@@ -193,7 +194,7 @@ def test_second_target_compiles(htp_models, tmp_path):
     dec = Decoder(d)
     want = dec.feed(prompt)
     dec.reset()
-    dec.sessions = {g.seq: GraphSession(d / build["graphs"][g.name], "htp") for g in dec.manifest.graphs}
+    dec.sessions = {g.seq: GraphSession(d / build["graphs"][g.name], HTP) for g in dec.manifest.graphs}
     assert cosine(dec.feed(prompt), want) >= 0.999
 
 
@@ -213,7 +214,7 @@ def test_shared_weights_build_has_one_binary(htp_models, tmp_path):
     assert sum(build["binaries"].values()) < sum(sim["binaries"].values())
     # the simulator would crash on it: the runtime refuses it with a clear message instead
     with pytest.raises(RuntimeModelError, match="simulator"):
-        GraphSession(d / build["graphs"]["decode"], "htp")
+        GraphSession(d / build["graphs"]["decode"], HTP)
 
 
 def test_target_table():
@@ -225,37 +226,38 @@ def test_target_table():
         assert (t.soc_model, t.htp_arch) == (soc, arch) and resolve_target(soc) is t and resolve_target(str(soc)) is t
     assert resolve_target("888").name == "sm8350" and resolve_target("xelite").name == "sc8380xp"
     assert resolve_target("8elite-gen5").name == "sm8850" and resolve_target("8gen1").name == "sm8450"
-    with pytest.raises(BuildError, match="unknown HTP target"):
+    with pytest.raises(UnknownTargetError, match="unknown HTP target"):
         resolve_target("sm9999")
 
 
 def test_htp_session_errors_and_logging(htp_models, monkeypatch, capfd):
     d = htp_models["llama"]
     ctx = d / _build(d)["graphs"]["decode"]
+    from app.settings import RuntimeSettings
+
     with pytest.raises(RuntimeModelError, match="unknown QNN log level"):
-        GraphSession(ctx, "htp", log_level="loud")
+        GraphSession(ctx, RuntimeOptions(backend="htp", log_level="loud"))
     # a float graph compiled at load needs the SoC
-    monkeypatch.delenv(qnn.SOC_MODEL_ENV, raising=False)
-    with pytest.raises(RuntimeModelError, match="soc_model") as info:
-        GraphSession(d / "decode.onnx", "htp")
+    with pytest.raises(RuntimeModelError, match="HEXRAG_QNN_SOC_MODEL") as info:
+        GraphSession(d / "decode.onnx", HTP)
     assert "\n" not in str(info.value)
-    # verbose QNN/ORT logging comes from the environment
+    # verbose QNN/ORT logging: HEXRAG_QNN_LOG_LEVEL, read by the settings
     capfd.readouterr()
-    monkeypatch.setenv(qnn.LOG_LEVEL_ENV, "verbose")
-    GraphSession(ctx, "htp")
+    monkeypatch.setenv("HEXRAG_QNN_LOG_LEVEL", "verbose")
+    GraphSession(ctx, RuntimeSettings().runtime("htp"))
     assert "[V:onnxruntime:" in capfd.readouterr().err
-    monkeypatch.setenv(qnn.LOG_LEVEL_ENV, "error")
-    GraphSession(ctx, "htp")
+    monkeypatch.setenv("HEXRAG_QNN_LOG_LEVEL", "error")
+    GraphSession(ctx, RuntimeSettings().runtime("htp"))
     assert "[V:onnxruntime:" not in capfd.readouterr().err
     # no QNN device
     with monkeypatch.context() as m:
         m.setattr(qnn.ort, "get_ep_devices", lambda: [])
         with pytest.raises(RuntimeModelError, match="found no device"):
-            GraphSession(ctx, "htp")
+            GraphSession(ctx, HTP)
     # no onnxruntime-qnn: a typed one-line error
     monkeypatch.setitem(sys.modules, "onnxruntime_qnn", None)
     with pytest.raises(RuntimeModelError, match="onnxruntime-qnn"):
-        GraphSession(ctx, "htp")
+        GraphSession(ctx, HTP)
 
 
 def test_select_build(htp_models):
@@ -282,7 +284,7 @@ def test_cli_generate_json_on_htp(htp_models):
 
     from runtime.llm import LLM
 
-    llm = LLM(htp_models["qwen2"], backend="htp")
+    llm = LLM(htp_models["qwen2"], HTP)
     expected = llm.generate(llm.encode("the car"), max_new_tokens=6).run().token_ids
     out = run("htp")
     assert out["token_ids"] == expected and out["completion_tokens"] == 6
@@ -295,12 +297,12 @@ def test_qnn_profile_from_the_environment(htp_models, tmp_path, monkeypatch):
     """HEXRAG_QNN_PROFILE=DIR: every HTP session writes QNN's own profile, which runtime.profile sums."""
     import gc
 
+    from app.settings import RuntimeSettings
     from runtime.profile import summarize_qnn
-    from runtime.session import QNN_PROFILE_ENV
 
-    monkeypatch.setenv(QNN_PROFILE_ENV, str(tmp_path))
+    monkeypatch.setenv("HEXRAG_QNN_PROFILE", str(tmp_path))
     d = htp_models["llama"]
-    session = GraphSession(d / _build(d)["graphs"]["decode"], "htp")
+    session = GraphSession(d / _build(d)["graphs"]["decode"], RuntimeSettings().runtime("htp"))
     feeds = {s.name: np.zeros(s.shape, np.int32 if s.dtype == "int32" else np.float32)
              for s in load_manifest(d).graph("decode").inputs}
     for _ in range(3):
@@ -327,5 +329,5 @@ def test_one_plan_builds_quantizes_and_compiles(tiny_sources, tmp_path):
     assert manifest.quantization["recipe"] == "w8a16" and manifest.context == 64
     assert [(b["target"], b["variant"]) for b in manifest.target["builds"]] == [(TARGET, "sim")]
     assert all((out / p).is_file() for p in _build(out)["graphs"].values())
-    assert lines[0].startswith("built tiny (w8a16)") and lines[-1] == f"compiled tiny for {TARGET} (sim)"
+    assert lines == [f"compiled tiny for {TARGET} (sim)"]
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]

@@ -36,6 +36,7 @@ from runtime.decoder import Decoder
 from runtime.embedder import Embedder
 from runtime.errors import RuntimeModelError
 from runtime.llm import LLM
+from runtime.options import RuntimeOptions
 
 SAMPLES = 24  # calibration samples: plenty for tiny models, keeps each quantization to seconds
 TARGETS = ["sm8650", "sm8750"]  # v75 and v79
@@ -236,8 +237,7 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
             assert placement["cpu"] == 0 and placement["htp"] > 100, (build["target"], graph, placement)
     # every graph of the sm8650 build on the simulator against the same quantized graphs on the CPU:
     # a prompt longer than the 16-bucket, greedy decode, then a 3-token turn (the 4-bucket)
-    monkeypatch.setenv(qnn.TARGET_ENV, "sm8650")
-    cpu, htp = Decoder(d), Decoder(d, backend="htp")
+    cpu, htp = Decoder(d), Decoder(d, RuntimeOptions(backend="htp", target="sm8650"))
     assert htp.kv_dtype == np.uint16
     rng = np.random.default_rng(7)
     _assert_same_greedy_run(cpu, htp, [int(t) for t in rng.integers(3, 290, size=21)], steps=6)
@@ -252,7 +252,7 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
     from runtime.session import GraphSession
 
     v79 = qnn.select_build(load_manifest(d).target, "sm8750")
-    sess = GraphSession(d / v79["graphs"]["decode"], "htp")
+    sess = GraphSession(d / v79["graphs"]["decode"], RuntimeOptions(backend="htp"))
     assert sess.input_names and "past_key_0" in sess.input_names
 
 
@@ -286,8 +286,7 @@ def test_a_model_over_the_part_budget_compiles_in_parts_that_run_like_the_whole(
     assert sorted(Path(b).name for b in binaries) == ["prefill_16.part0_ctx_qnn.bin", "prefill_16.part1_ctx_qnn.bin"]
 
     # the simulator runs the parts one after the other, as the CPU runs the whole quantized graphs
-    monkeypatch.setenv(qnn.TARGET_ENV, "sm8650")
-    cpu, htp = Decoder(d), Decoder(d, backend="htp")
+    cpu, htp = Decoder(d), Decoder(d, RuntimeOptions(backend="htp", target="sm8650"))
     assert len(htp.sessions[1].parts) == 2
     rng = np.random.default_rng(11)
     _assert_same_greedy_run(cpu, htp, [int(t) for t in rng.integers(3, 290, size=21)], steps=4)
@@ -368,8 +367,8 @@ def test_wrap_context_binaries_load_like_our_own_builds(w8, tmp_path, monkeypatc
     assert wrapped.quantization["kv_cache"]["tensors"] == {k: {"scale": e["scale"], "zero_point": e["zero_point"]}
                                                            for k, e in kv.items()}
     assert not list(out.glob("*.onnx")) and not (out / "weights.data").exists()  # binaries only
-    monkeypatch.setenv(qnn.TARGET_ENV, "sm8650")
-    ours, theirs = Decoder(d, backend="htp"), Decoder(out, backend="htp")
+    sm8650 = RuntimeOptions(backend="htp", target="sm8650")
+    ours, theirs = Decoder(d, sm8650), Decoder(out, sm8650)
     prompt = [5, 17, 42, 8, 99, 23, 7]
     np.testing.assert_array_equal(ours.feed(prompt), theirs.feed(prompt))
     np.testing.assert_array_equal(ours.feed([11]), theirs.feed([11]))
@@ -416,7 +415,7 @@ def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
     assert entry["builds"][0]["placement"]["embed"]["cpu"] == 0
     assert entry["builds"][0]["placement"]["embed_1x32"]["cpu"] == 0  # the bucket compiles like the main graph
     record_target(out, entry)
-    sim_embedder = Embedder(out, backend="htp")
+    sim_embedder = Embedder(out, RuntimeOptions(backend="htp"))
     sim = sim_embedder.embed(texts).vectors
     for i in range(len(texts)):
         assert cosine(sim[i], got[i]) >= 0.999
@@ -428,7 +427,7 @@ def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
     wrapped = wrap_context(out, [(binary, tmp_path / "embed.json")], "sm8650", tmp_path / "wrapped",
                            {"embed": qnn_name})
     assert [g.name for g in wrapped.graphs] == ["embed"]
-    alone = Embedder(tmp_path / "wrapped", backend="htp")
+    alone = Embedder(tmp_path / "wrapped", RuntimeOptions(backend="htp"))
     assert [g.name for g in alone.graphs] == ["embed"]
     assert cosine(alone.embed(texts[:1]).vectors[0], sim[0]) >= 0.9999
 
@@ -484,8 +483,7 @@ def test_block_weights_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatc
     assert all(b["provider_options"] == ({} if dtype == TensorProto.INT4 else lpbq) for b in entry["builds"])
     assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
     record_target(out, entry)
-    monkeypatch.setenv(qnn.TARGET_ENV, targets[0])
-    cpu, htp = Decoder(out), Decoder(out, backend="htp")
+    cpu, htp = Decoder(out), Decoder(out, RuntimeOptions(backend="htp", target=targets[0]))
     prompt = [5, 17, 42, 8, 99, 23, 7]
     assert cosine(cpu.feed(prompt), htp.feed(prompt)) >= 0.999
     assert cosine(cpu.feed([11]), htp.feed([11])) >= 0.999
@@ -558,8 +556,7 @@ def test_source_grid_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_
     assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
     assert all(b["provider_options"] == lpbq for b in entry["builds"])
     record_target(out, entry)
-    monkeypatch.setenv(qnn.TARGET_ENV, TARGETS[0])
-    cpu, htp = Decoder(out), Decoder(out, backend="htp")
+    cpu, htp = Decoder(out), Decoder(out, RuntimeOptions(backend="htp", target=TARGETS[0]))
     prompt = [int(t) for t in np.random.default_rng(0).integers(3, 290, size=21)]
     lc, lh = cpu.feed(prompt), htp.feed(prompt)
     for step in range(6):  # the CPU's greedy tokens through both

@@ -103,7 +103,7 @@ def _mb(n: int | None) -> str:
 
 
 def format_build_metrics(r: dict) -> str:
-    from build_scripts.compile import TARGETS
+    from runtime.qnn_targets import TARGETS
 
     lines = [f"model {r['model']} ({r['kind']}, quantization {r['quantization']}), weights file {_mb(r['weights_bytes'])} MB"]
     if r["builds"]:

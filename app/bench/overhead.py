@@ -29,9 +29,10 @@ def _bare_seconds(session, spec, steps: int) -> float:
 
 def speed_ratios(model_dir: Path, steps: int = 48, repeats: int = 7) -> dict:
     from runtime.llm import LLM
+    from runtime.options import RuntimeOptions
     from runtime.session import GraphSession
 
-    llm = LLM(model_dir, threads=1)
+    llm = LLM(model_dir, RuntimeOptions(threads=1))
     llm.stop_ids = set()
     m = llm.decoder.manifest
     decode = m.graph("decode")
@@ -40,7 +41,7 @@ def speed_ratios(model_dir: Path, steps: int = 48, repeats: int = 7) -> dict:
         # CPU-target graphs write the cache in place through I/O binding: fed zeros by plain run they
         # would copy the whole cache every step, no fair reference for the engine's run
         return {"model": m.name, "skipped": "in-place KV graphs (CPU target): no fixed bare-graph reference"}
-    bare = {g.name: GraphSession(model_dir / g.file, "cpu", threads=1, prepack=g.kind == "decode")
+    bare = {g.name: GraphSession(model_dir / g.file, RuntimeOptions(threads=1), prepack=g.kind == "decode")
             for g in (decode, prefill)}
     prompt = [i % 64 + 3 for i in range(prefill.seq)]  # exactly one prefill chunk
     steps = min(steps, llm.context - prefill.seq - 1)

@@ -75,8 +75,9 @@ def _version(package: str) -> str:
 def run_hexrag(spec: RunSpec) -> dict:
     from runtime.bench import prompt_of, run_lengths
     from runtime.llm import LLM
+    from runtime.options import RuntimeOptions
 
-    llm = LLM(spec.model, backend=spec.backend, threads=spec.threads)
+    llm = LLM(spec.model, RuntimeOptions(backend=spec.backend, threads=spec.threads))
     llm.stop_ids = set()  # exactly `gen` tokens
     llm.generate(prompt_of(llm, warmup_length(spec)), max_new_tokens=WARMUP_GEN).run()
     rows = run_lengths(llm, spec.lengths, spec.gen, runs=1)

@@ -1,0 +1,69 @@
+"""How the runtime runs a model's graphs: one typed value, handed down explicitly from the edge
+(the CLI's flags, the server's Settings) to every session it opens.
+
+The runtime reads no environment variables: app/settings.py is the one place where `HEXRAG_*`
+names become these options (`Settings.runtime()`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from runtime.errors import RuntimeModelError
+
+PERFORMANCE_MODES = ("burst", "sustained_high_performance", "high_performance", "balanced",
+                     "default", "low_balanced", "power_saver", "low_power_saver", "high_power_saver",
+                     "extreme_power_saver")
+# ONNX Runtime severities; QNN's own log level follows the session's severity
+LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
+
+
+class RuntimeOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backend: Literal["cpu", "htp"] = "cpu"
+    threads: int | None = None  # host threads per session; None: every core this process may run on
+    # HTP
+    target: str | None = None  # the build to load when a model holds several (sm8650 ...)
+    soc_model: int | None = None  # a plain float graph is compiled at load for this SoC (57 = SM8650)
+    performance_mode: str = "burst"  # QNN htp_performance_mode
+    log_level: int = LOG_LEVELS["error"]  # ORT severity of HTP sessions; QNN's log follows it
+    # profiling: every CPU session writes an ONNX Runtime profile into profile_dir (runtime.profile),
+    # every HTP session QNN's detailed profile into qnn_profile_dir as <graph>.csv
+    profile_dir: Path | None = None
+    qnn_profile_dir: Path | None = None
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend(cls, value):
+        if value not in ("cpu", "htp"):
+            raise RuntimeModelError(f"unknown backend {value!r} (choose from cpu, htp)")
+        return value
+
+    @field_validator("performance_mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        if value not in PERFORMANCE_MODES:
+            raise RuntimeModelError(f"unknown htp_performance_mode {value!r} (choose from {', '.join(PERFORMANCE_MODES)})")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value) -> int:
+        return log_severity(value)
+
+
+def log_severity(level: str | int) -> int:
+    """ORT severity (0 verbose … 4 fatal) from a name or a number."""
+    if isinstance(level, int) or str(level).strip().isdigit():
+        if 0 <= int(level) <= 4:
+            return int(level)
+    else:
+        key = str(level).strip().lower()
+        key = {"warn": "warning", "debug": "verbose", "trace": "verbose"}.get(key, key)
+        if key in LOG_LEVELS:
+            return LOG_LEVELS[key]
+    raise RuntimeModelError(f"unknown QNN log level {level!r} (choose from {', '.join(LOG_LEVELS)} or 0-4)")
