@@ -105,10 +105,10 @@ def _copy_model(src: Path, dst: Path, target: str, cpu_fallback: bool) -> str:
     if build is None:
         raise BundleError(f"{src} has no {target} HTP build: compile it first "
                           f"(hexrag compile {src} --target {target} --variant shared)")
-    wanted = [m.tokenizer.file, *([m.tokenizer.chat_template] if m.tokenizer.chat_template else []), *build["binaries"]]
-    wanted += [f for entry in build["graphs"].values() for f in build_files(entry)]
+    wanted = [m.tokenizer.file, *([m.tokenizer.chat_template] if m.tokenizer.chat_template else []), *build.binaries]
+    wanted += [f for entry in build.graphs.values() for f in build_files(entry)]
     if cpu_fallback:
-        if m.target.get("precision") == "external":
+        if m.target.precision == "external":
             raise BundleError(f"{src} holds only QNN context binaries: it has no CPU graphs for a CPU fallback")
         wanted += [g.file for g in m.graphs] + [m.weights_file]
     files = {}
@@ -120,11 +120,11 @@ def _copy_model(src: Path, dst: Path, target: str, cpu_fallback: bool) -> str:
         if sha256_file(dst / rel) != m.files[rel]:
             raise BundleError(f"{rel} changed while it was copied from {src}")
         files[rel] = m.files[rel]
-    m.target = {**m.target, "builds": [build]}
+    m.target = m.target.model_copy(update={"builds": [build]})
     m.files = files
     m.save(dst)
     load_manifest(dst)  # the copy is a model directory the runtime accepts
-    return build["variant"]
+    return build.variant
 
 
 def _copy_kb(src: Path, dst: Path, embedder: Path) -> None:

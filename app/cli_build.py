@@ -192,8 +192,7 @@ def wrap_context_cmd(model_dir: Path, binaries: tuple[Path, ...], descriptions: 
         raise click.UsageError(f"--graph takes NAME=QNN_GRAPH, got {bad[0]!r}")
     names = dict(g.split("=", 1) for g in graph_map)
     m = wrap_context(model_dir, list(zip(binaries, descriptions)), target, out, names)
-    click.echo(f"wrapped {len(m.graphs)} graphs for {m.target['builds'][0]['target']} "
-               f"({m.target['builds'][0]['variant']}) into {out}")
+    click.echo(f"wrapped {len(m.graphs)} graphs for {m.target.builds[0].target} ({m.target.builds[0].variant}) into {out}")
 
 
 BUILD_COMMANDS = [build, compile_cmd]

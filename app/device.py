@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from runtime.qnn_targets import TARGETS, resolve_target
 from app.settings import Settings
-from models.manifest import ManifestError, load_manifest
+from models.manifest import ManifestError, TargetBuild, TargetSpec, load_manifest
 from runtime.errors import RuntimeModelError
 
 SOC0 = Path("/sys/devices/soc0")
@@ -126,13 +126,12 @@ def is_qualcomm(soc: SocInfo | None) -> bool:
                                    for v in (soc.vendor, soc.family))
 
 
-def device_build(target_entry: dict, target: str) -> dict | None:
-    """The build of a manifest `target` entry a device with this SoC loads: the shared one (one
+def device_build(spec: TargetSpec, target: str) -> TargetBuild | None:
+    """The build of a manifest's `target` section a device with this SoC loads: the shared one (one
     weights binary for prefill and decode), else an unshared one (runtime.qnn.select_build's order)."""
-    builds = (target_entry.get("builds") or []) if target_entry.get("backend") == "htp" else []
     for variant in ("shared", "sim"):
-        for b in builds:
-            if b["target"] == target and b["variant"] == variant:
+        for b in spec.htp_builds:
+            if b.target == target and b.variant == variant:
                 return b
     return None
 
@@ -146,11 +145,10 @@ def model_targets(model_dir: Path, target: str | None) -> ModelTargets:
         out.error = str(e)
         return out
     out.name = m.name
-    builds = m.target.get("builds", []) if m.target.get("backend") == "htp" else []
-    out.builds = [f"{b['target']}/{b['variant']}" for b in builds]
+    out.builds = [f"{b.target}/{b.variant}" for b in m.target.htp_builds]
     build = device_build(m.target, target) if target else None
     if build:
-        out.match = f"{build['target']}/{build['variant']}"
+        out.match = f"{build.target}/{build.variant}"
     return out
 
 

@@ -36,6 +36,7 @@ from typing import Iterable, Sequence
 
 from build_scripts.compile_log import MARKER, CompileReport, failure_message, fill_report, parse_log
 from build_scripts.errors import BuildError
+from models.manifest import TargetBuild, TargetSpec
 from runtime import qnn
 from runtime.errors import RuntimeModelError
 from runtime.qnn_targets import Target, resolve_target
@@ -163,7 +164,7 @@ def compile_graph(onnx_path: str | Path, out_ctx_path: str | Path, soc_model: in
 # ------------------------------------------------------------------------------------------------
 
 def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Target], shared: bool,
-                      fp16: bool = True, part_budget: int | None = None, **kwargs) -> dict:
+                      fp16: bool = True, part_budget: int | None = None, **kwargs) -> TargetSpec:
     """Compile every graph of a model directory's manifest into `htp/<target>/<shared|sim>/`.
 
     An LLM whose weights exceed `part_budget` bytes (default 1.5 GB) is split by layers into parts
@@ -186,7 +187,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     builds = []
     try:
         if len(ranges) > 1:
-            sources = {g.name: write_parts(model_dir, g.file, ranges, manifest.architecture["hidden"])
+            sources = {g.name: write_parts(model_dir, g.file, ranges, manifest.architecture.hidden)
                        for g in manifest.graphs}
         for spec in targets:
             target = resolve_target(spec)
@@ -208,28 +209,27 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
                 rel = [r.ctx_path.relative_to(model_dir).as_posix() for r in rs]
                 return rel[0] if len(rel) == 1 else rel
 
-            builds.append({
-                "target": target.name, "chip": target.chip, "soc_model": target.soc_model, "htp_arch": target.htp_arch,
-                "variant": variant, "shared_weights": share, "parts": len(ranges),
-                "provider_options": dict(kwargs.get("provider_options") or {}),
-                "part_layers": [[a, b - 1] for a, b in ranges],
-                "graphs": {name: files(rs) for name, rs in reports.items()},
-                "binaries": {b.relative_to(model_dir).as_posix(): b.stat().st_size for b in binaries},
-                "compile_seconds": {name: round(sum(r.seconds or 0.0 for r in rs), 3) for name, rs in reports.items()},
-                "placement": {name: {"htp": sum(len(r.htp_nodes) for r in rs), "cpu": sum(len(r.cpu_nodes) for r in rs)}
-                              for name, rs in reports.items()},
-            })
+            builds.append(TargetBuild(
+                target=target.name, chip=target.chip, soc_model=target.soc_model, htp_arch=target.htp_arch,
+                variant=variant, shared_weights=share, parts=len(ranges),
+                provider_options=dict(kwargs.get("provider_options") or {}),
+                part_layers=[[a, b - 1] for a, b in ranges],
+                graphs={name: files(rs) for name, rs in reports.items()},
+                binaries={b.relative_to(model_dir).as_posix(): b.stat().st_size for b in binaries},
+                compile_seconds={name: round(sum(r.seconds or 0.0 for r in rs), 3) for name, rs in reports.items()},
+                placement={name: {"htp": sum(len(r.htp_nodes) for r in rs), "cpu": sum(len(r.cpu_nodes) for r in rs)}
+                           for name, rs in reports.items()},
+            ))
     finally:
         if len(ranges) > 1:
             for paths in sources.values():
                 for path in paths:
                     path.unlink(missing_ok=True)
-    previous = manifest.target.get("builds", []) if manifest.target.get("backend") == "htp" else []
-    new_keys = {(b["target"], b["variant"]) for b in builds}
-    merged = [b for b in previous if (b["target"], b["variant"]) not in new_keys] + builds
-    return {"backend": "htp", "precision": "fp16" if fp16 else "fp32",
-            "weights_bytes": (model_dir / manifest.weights_file).stat().st_size, "versions": versions,
-            "builds": merged}
+    previous = manifest.target.htp_builds
+    new_keys = {(b.target, b.variant) for b in builds}
+    merged = [b for b in previous if (b.target, b.variant) not in new_keys] + builds
+    return TargetSpec(backend="htp", precision="fp16" if fp16 else "fp32",
+                      weights_bytes=(model_dir / manifest.weights_file).stat().st_size, versions=versions, builds=merged)
 
 
 def _lpbq(quantization: dict | None, shared: bool) -> bool:
@@ -247,7 +247,7 @@ def _lpbq(quantization: dict | None, shared: bool) -> bool:
 
 def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tuple[int, int]]:
     """Layer ranges of the parts an LLM's graphs are cut into ([(0, layers)]: not split)."""
-    n_layers = (manifest.architecture or {}).get("n_layers", 0)
+    n_layers = manifest.architecture.n_layers
     if manifest.kind != "llm" or (model_dir / manifest.weights_file).stat().st_size <= budget:
         return [(0, n_layers)]
     import onnx
@@ -258,7 +258,7 @@ def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tup
     return plan_parts(model, budget, fp16=fp16)
 
 
-def record_target(model_dir: str | Path, entry: dict) -> None:
+def record_target(model_dir: str | Path, entry: TargetSpec) -> None:
     """Write a `compile_model_dir` entry into the manifest and re-hash the directory's files."""
     from models.manifest import hash_directory, load_manifest
 

@@ -35,7 +35,7 @@ from onnx import TensorProto, helper
 from build_scripts.errors import BuildError
 from build_scripts.quantize.qdq import KV_INPUT, KV_OUTPUT
 from build_scripts.staging import staged_directory
-from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest
+from models.manifest import GraphSpec, Manifest, TargetBuild, TargetSpec, TensorSpec, hash_directory, load_manifest
 from runtime.qnn_targets import resolve_target
 
 # QNN data types (context-binary-utility names) -> the contract's dtypes; fixed point = quantized
@@ -190,7 +190,7 @@ def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], targe
     specs = [_contract_io(s) for s in wrapped]
     for spec in specs:
         _check_graph(spec, graphs[spec.name])
-    kv = _kv_encodings(specs, graphs, m.architecture.get("n_layers", 0) if m.kind == "llm" else 0)
+    kv = _kv_encodings(specs, graphs, m.architecture.n_layers if m.kind == "llm" else 0)
     sdks = {g.sdk for g in graphs.values()}
     if len(sdks) > 1:
         raise BuildError(f"the binaries come from different QNN builds ({', '.join(sorted(sdks))}); generate them with one SDK")
@@ -219,13 +219,14 @@ def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], targe
                             for q in (*graphs[s.name].inputs.values(), *graphs[s.name].outputs.values()) if q.quantized}
                    for s in specs},
         }
-        new.target = {"backend": "htp", "precision": "external", "weights_bytes": sum(b.stat().st_size for b in used),
-                      "versions": {"qnn_build": sdks.pop()},
-                      "builds": [{"target": t.name, "chip": t.chip, "soc_model": t.soc_model, "htp_arch": t.htp_arch,
-                                  "variant": variant, "shared_weights": shared,
-                                  "graphs": {s.name: (rel / f"{s.name}_ctx.onnx").as_posix() for s in specs},
-                                  "binaries": {(rel / b.name).as_posix(): b.stat().st_size for b in used},
-                                  "wrapped": {s.name: graphs[s.name].name for s in specs}}]}
+        new.target = TargetSpec(
+            backend="htp", precision="external", weights_bytes=sum(b.stat().st_size for b in used),
+            versions={"qnn_build": sdks.pop()},
+            builds=[TargetBuild(target=t.name, chip=t.chip, soc_model=t.soc_model, htp_arch=t.htp_arch, variant=variant,
+                                shared_weights=shared,
+                                graphs={s.name: (rel / f"{s.name}_ctx.onnx").as_posix() for s in specs},
+                                binaries={(rel / b.name).as_posix(): b.stat().st_size for b in used},
+                                wrapped={s.name: graphs[s.name].name for s in specs})])
         new.files = hash_directory(tmp)
         new.save(tmp)
     return new

@@ -80,7 +80,7 @@ def contract_mismatch(manifest) -> str | None:
     or None: names and shapes of every graph's I/O (types vary with quantization)."""
     a = manifest.architecture
     for g in manifest.graphs:
-        want = decoder_io(a["n_layers"], a["n_kv_heads"], a["head_dim"], a["vocab"], g.seq, manifest.context,
+        want = decoder_io(a.n_layers, a.n_kv_heads, a.head_dim, a.vocab, g.seq, manifest.context,
                           inplace=is_inplace(g.inputs))
         for kind, have, expected in (("inputs", g.inputs, want.inputs), ("outputs", g.outputs, want.outputs)):
             if [(t.name, list(t.shape)) for t in have] != [(t.name, list(t.shape)) for t in expected]:

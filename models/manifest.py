@@ -7,9 +7,9 @@ import json
 import os
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -54,13 +54,88 @@ class TokenizerSpec(BaseModel):
     eos_token: str | None = None
 
 
+class DecoderArchitecture(BaseModel):
+    """A Llama/Qwen2-style decoder, as build_scripts/config.py normalizes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: Literal["llama", "qwen2"]
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    rope_theta: float
+    rms_eps: float
+    tied_embeddings: bool
+    qkv_bias: bool
+    max_positions: int
+
+
+class EncoderArchitecture(BaseModel):
+    """A BERT sentence embedder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: Literal["bert"]
+    n_layers: int
+    hidden: int
+    n_heads: int
+    ffn: int
+    vocab: int
+    max_positions: int
+    type_vocab: int
+    ln_eps: float
+
+
+Architecture = Annotated[Union[DecoderArchitecture, EncoderArchitecture], Field(discriminator="arch")]
+
+
+class TargetBuild(BaseModel):
+    """One compiled HTP build of a model directory: its SoC, variant and files (build_scripts/compile.py
+    writes it, or build_scripts/wrap_context.py for binaries made with the QAIRT SDK)."""
+
+    target: str  # runtime/qnn_targets.py's name: sm8650 ...
+    chip: str
+    soc_model: int
+    htp_arch: int
+    variant: Literal["sim", "shared"]  # unshared binaries (the simulator, devices) or one shared (devices)
+    shared_weights: bool = False
+    parts: int = 1  # an LLM split by layers (build_scripts/split.py)
+    part_layers: list[list[int]] = Field(default_factory=list)
+    provider_options: dict[str, str] = Field(default_factory=dict)
+    graphs: dict[str, str | list[str]]  # graph name -> its context model, or its parts in order
+    binaries: dict[str, int] = Field(default_factory=dict)  # context binary -> bytes
+    compile_seconds: dict[str, float] = Field(default_factory=dict)
+    placement: dict[str, dict[str, int]] = Field(default_factory=dict)  # graph -> {"htp": n, "cpu": n}
+    wrapped: dict[str, str] = Field(default_factory=dict)  # graph -> the QNN graph it was wrapped from
+
+
+class TargetSpec(BaseModel):
+    """Where the model runs: the CPU from its ONNX graphs, or HTP from the builds listed."""
+
+    backend: Literal["cpu", "htp"] = "cpu"
+    precision: Literal["fp16", "fp32", "external"] | None = None  # external: QNN binaries only (wrapped)
+    weights_bytes: int | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    builds: list[TargetBuild] = Field(default_factory=list)
+
+    @property
+    def htp_builds(self) -> list[TargetBuild]:
+        return self.builds if self.backend == "htp" else []
+
+
 class Manifest(BaseModel):
+    model_config = ConfigDict(validate_assignment=True)  # a section set later is checked like a loaded one
+
     schema_version: int = SCHEMA_VERSION
     name: str
     kind: Literal["llm", "embedder"]
     created: str
     source: SourceSpec
-    architecture: dict[str, Any]  # the normalized config (layers, heads, kv heads, head dim, vocab, ...)
+    architecture: Architecture
     context: int | None = None  # cache slots C of the LLM graphs
     prefill_buckets: list[int] = Field(default_factory=list)
     mask_value: float = -100.0
@@ -68,7 +143,7 @@ class Manifest(BaseModel):
     weights_file: str
     tokenizer: TokenizerSpec
     quantization: dict[str, Any] = Field(default_factory=lambda: {"recipe": "none"})
-    target: dict[str, Any] = Field(default_factory=lambda: {"backend": "cpu"})
+    target: TargetSpec = Field(default_factory=TargetSpec)
     versions: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)  # every file in the directory -> sha256
     metrics: dict[str, Any] = Field(default_factory=dict)

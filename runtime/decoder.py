@@ -62,12 +62,12 @@ class Decoder:
         self.start_session = next((open_graph(paths[g.name], options, prepack=False)
                                    for g in m.graphs if g.name == START_GRAPH), None)
         self.buckets = sorted(self.sessions, reverse=True)  # includes 1: the decode graph
-        self.n_layers = arch["n_layers"]
+        self.n_layers = arch.n_layers
         self.kv_dtype, fill = _kv_layout(m, self.n_layers)
         self.inplace = is_inplace(m.graphs[0].inputs)
-        self.cache = StaticKVCache(self.n_layers, arch["n_kv_heads"], arch["head_dim"], self.context,
+        self.cache = StaticKVCache(self.n_layers, arch.n_kv_heads, arch.head_dim, self.context,
                                    dtype=self.kv_dtype, fill=fill, keys_transposed=not self.inplace)
-        self._rope = (arch["head_dim"], arch["rope_theta"])
+        self._rope = (arch.head_dim, arch.rope_theta)
         if not self.inplace:  # the rows contract takes each step's rotary rows from the host
             self._cos, self._sin = rotary_tables(np.arange(self.context), *self._rope)
         self.tokens: list[int] = []  # what the cache holds, in order
@@ -77,7 +77,7 @@ class Decoder:
 
     @property
     def vocab(self) -> int:
-        return self.manifest.architecture["vocab"]
+        return self.manifest.architecture.vocab
 
     def reset(self) -> None:
         self.rewind(0)

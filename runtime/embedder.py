@@ -49,7 +49,7 @@ class Embedder:
             raise RuntimeModelError(f"{self.dir} holds an {m.kind} model, not an embedder")
         graph = m.graph("embed")  # the main graph is listed first
         self.batch, self.seq = graph.batch, graph.seq
-        self.dim = m.architecture["hidden"]
+        self.dim = m.architecture.hidden
         paths = graph_paths(self.dir, m, options.backend, options.target)
         self.session = open_graph(paths[graph.name], options)
         # the query buckets: smaller graphs of the same weights (none in a model built before them,
@@ -63,7 +63,7 @@ class Embedder:
         self.tokenizer.no_truncation()
         # identity of the vectors: the source weights, not this build's batch/length or backend
         weights_sha = "".join(sorted(m.source.files.values()))
-        self.model_id = f"{m.architecture['arch']}:{hashlib.sha256(weights_sha.encode()).hexdigest()[:16]}"
+        self.model_id = f"{m.architecture.arch}:{hashlib.sha256(weights_sha.encode()).hexdigest()[:16]}"
 
     @contextmanager
     def replaced_session(self, stand_in: Any) -> Iterator[None]:

@@ -17,13 +17,13 @@ def graph_paths(model_dir: Path, manifest: Manifest, backend: str,
     session is created (slow; `hexrag compile` makes context binaries that load in milliseconds).
     `target`: which HTP build to load (runtime.qnn.select_build picks when None).
     """
-    if backend != "htp" and manifest.target.get("precision") == "external":
+    if backend != "htp" and manifest.target.precision == "external":
         raise RuntimeModelError(f"{manifest.name} holds only QNN context binaries (a wrapped QAIRT build): "
                                 f"run it with --backend htp")
-    if backend == "htp" and manifest.target.get("backend") == "htp":
+    if backend == "htp" and manifest.target.backend == "htp":
         from runtime import qnn  # imports onnxruntime-qnn only when HTP is asked for
 
         build = qnn.select_build(manifest.target, target)
-        paths = {g.name: [model_dir / f for f in build_files(build["graphs"][g.name])] for g in manifest.graphs}
+        paths = {g.name: [model_dir / f for f in build_files(build.graphs[g.name])] for g in manifest.graphs}
         return {name: files[0] if len(files) == 1 else files for name, files in paths.items()}
     return {g.name: model_dir / g.file for g in manifest.graphs}

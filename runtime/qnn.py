@@ -22,6 +22,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from models.manifest import TargetBuild, TargetSpec
 from runtime.errors import RuntimeModelError
 from runtime.options import log_severity
 
@@ -197,33 +198,33 @@ def binary_graph_count(path: Path, head: int = 1 << 16) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Manifest `target` entries written by build_scripts/compile.py
+# The builds a manifest's `target` section lists (build_scripts/compile.py writes them)
 # ------------------------------------------------------------------------------------------------
 
-def select_build(target_entry: dict, target: str | None = None, variant: str | None = None) -> dict:
-    """Pick the HTP build to load from a manifest `target` entry.
+def select_build(spec: TargetSpec, target: str | None = None, variant: str | None = None) -> TargetBuild:
+    """Pick the HTP build to load from a manifest's `target` section.
 
     target: a build's target name (sm8650 …); default the only one built.
     variant: "sim" (unshared binaries) on the x86 simulator, "shared" on a device; falls back
     to "sim" on a device when no shared build exists (unshared binaries load everywhere).
     """
-    builds = target_entry.get("builds") or []
-    if target_entry.get("backend") != "htp" or not builds:
+    builds = spec.htp_builds
+    if not builds:
         raise RuntimeModelError("this model has no HTP build; compile it for a target first, or use --backend cpu")
-    names = sorted({b["target"] for b in builds})
+    names = sorted({b.target for b in builds})
     if target is None:
         if len(names) > 1:
             raise RuntimeModelError(f"this model has HTP builds for {', '.join(names)}: choose one with "
                                     "HEXRAG_QNN_TARGET")
         target = names[0]
-    candidates = [b for b in builds if b["target"] == target]
+    candidates = [b for b in builds if b.target == target]
     if not candidates:
         raise RuntimeModelError(f"this model has no HTP build for {target} (built: {', '.join(names)})")
     order = [variant] if variant else (["sim"] if is_simulator() else ["shared", "sim"])
     for v in order:
         for b in candidates:
-            if b["variant"] == v:
+            if b.variant == v:
                 return b
-    have = ", ".join(b["variant"] for b in candidates)
+    have = ", ".join(b.variant for b in candidates)
     raise RuntimeModelError(f"this model's {target} HTP build has no {'/'.join(order)} variant (built: {have})"
                             + ("; the x86 simulator needs the unshared 'sim' build" if is_simulator() else ""))

@@ -67,7 +67,7 @@ def bundle(device_models, tmp_path_factory) -> Path:
 def test_bundle_holds_the_targets_build_and_a_sha256_of_every_file(bundle, device_models, tmp_path):
     src = device_models["llama"]
     llm = load_manifest(bundle / "models/llm")  # verifies the copy's files against its manifest
-    assert [(b["target"], b["variant"]) for b in llm.target["builds"]] == [("sm8650", "shared")]
+    assert [(b.target, b.variant) for b in llm.target.builds] == [("sm8650", "shared")]
     shared = sorted(p.relative_to(src).as_posix() for p in (src / "htp/sm8650/shared").iterdir())
     copied = sorted(p.relative_to(bundle / "models/llm").as_posix() for p in (bundle / "models/llm/htp").rglob("*")
                     if p.is_file())

@@ -12,6 +12,7 @@ import pytest
 
 from app.device import HtpStatus, choose_backend, read_soc, require_htp, resolve_backend
 from runtime.errors import RuntimeModelError
+from runtime.qnn_targets import TARGETS
 
 
 def _soc0(root, **fields):
@@ -26,7 +27,9 @@ def _model_with_builds(src, dst, builds):
     """A copy of a built model's manifest whose `target` records the given (target, variant) builds."""
     dst.mkdir()
     m = json.loads((src / "manifest.json").read_text())
-    m["target"] = {"backend": "htp", "builds": [{"target": t, "variant": v} for t, v in builds]}
+    m["target"] = {"backend": "htp", "builds": [{"target": t, "variant": v, "chip": TARGETS[t].chip, "graphs": {},
+                                                 "soc_model": TARGETS[t].soc_model, "htp_arch": TARGETS[t].htp_arch}
+                                                for t, v in builds]}
     (dst / "manifest.json").write_text(json.dumps(m))
     return dst
 

@@ -41,7 +41,7 @@ def test_bucket_is_recorded_and_shares_the_weights_file(bucketed):
     m = load_manifest(with_bucket)
     assert [(g.name, g.kind, g.file, g.batch, g.seq) for g in m.graphs] == [
         ("embed", "embed", "embed.onnx", 4, 32), ("embed_1x8", "embed", "embed_1x8.onnx", 1, 8)]
-    assert m.graphs[1].inputs[0].shape == [1, 8] and m.graphs[1].outputs[0].shape == [1, m.architecture["hidden"]]
+    assert m.graphs[1].inputs[0].shape == [1, 8] and m.graphs[1].outputs[0].shape == [1, m.architecture.hidden]
     main, query = _external(with_bucket, "embed.onnx"), _external(with_bucket, "embed_1x8.onnx")
     shared = set(main) & set(query)
     assert "word_embed" in shared and len(shared) == len(query) - 1  # all but the [1,8] position table

@@ -61,7 +61,7 @@ def test_graphs_share_one_weight_file(tiny_builds):
 def test_manifest_describes_the_model(tiny_builds):
     m = load_manifest(tiny_builds["qwen2"])
     assert m.kind == "llm" and m.context == 64 and m.prefill_buckets == [16, 4]
-    assert m.architecture["n_kv_heads"] == 2 and m.architecture["qkv_bias"] is True
+    assert m.architecture.n_kv_heads == 2 and m.architecture.qkv_bias is True
     assert {g.kind for g in m.graphs} == {"prefill", "decode"}
     decode = m.graph("decode")
     names = {t.name: t for t in decode.inputs}

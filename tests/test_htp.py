@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime_qnn")
 
 from build_scripts.compile import HTPCompileError, compile_graph, compile_model_dir, record_target  # noqa: E402
 from build_scripts.errors import BuildError  # noqa: E402
-from models.manifest import load_manifest  # noqa: E402
+from models.manifest import TargetSpec, load_manifest  # noqa: E402
 from runtime import qnn  # noqa: E402
 from runtime.decoder import Decoder  # noqa: E402
 from runtime.embedder import Embedder  # noqa: E402
@@ -68,7 +68,7 @@ def _htp_decoder(model_dir, used: list) -> Decoder:
     """The runtime's Decoder on the htp backend (it loads the recorded EPContext build)."""
     dec = Decoder(model_dir, HTP)
     build = _build(model_dir)
-    assert {s.path for s in dec.sessions.values()} == {model_dir / p for p in build["graphs"].values()}
+    assert {s.path for s in dec.sessions.values()} == {model_dir / p for p in build.graphs.values()}
     dec.sessions = {seq: _Recording(sess, seq, used) for seq, sess in dec.sessions.items()}
     return dec
 
@@ -86,15 +86,15 @@ def test_compile_every_graph_fully_on_htp(htp_models):
     for key, d in htp_models.items():
         m = load_manifest(d)  # verify=True: the recorded files hash correctly
         build = _build(d)
-        assert build["soc_model"] == 57 and build["htp_arch"] == 75 and not build["shared_weights"]
-        assert set(build["graphs"]) == {g.name for g in m.graphs}
-        for name, placement in build["placement"].items():
+        assert build.soc_model == 57 and build.htp_arch == 75 and not build.shared_weights
+        assert set(build.graphs) == {g.name for g in m.graphs}
+        for name, placement in build.placement.items():
             assert placement["cpu"] == 0 and placement["htp"] > 20, (key, name, placement)
-        assert len(build["binaries"]) == len(m.graphs)  # unshared: one binary per graph
-        for rel in [*build["graphs"].values(), *build["binaries"]]:
+        assert len(build.binaries) == len(m.graphs)  # unshared: one binary per graph
+        for rel in [*build.graphs.values(), *build.binaries]:
             assert (d / rel).is_file()
-        assert m.target["versions"]["qnn_sdk"] and m.target["versions"]["onnxruntime_qnn"]
-        assert m.target["versions"]["qnn_build"].startswith("v" + m.target["versions"]["qnn_sdk"])
+        assert m.target.versions["qnn_sdk"] and m.target.versions["onnxruntime_qnn"]
+        assert m.target.versions["qnn_build"].startswith("v" + m.target.versions["qnn_sdk"])
 
 
 @pytest.mark.parametrize("key", ["llama", "qwen2"])
@@ -123,7 +123,7 @@ def test_htp_embedder_matches_cpu(htp_models, tiny_builds, monkeypatch):
     texts = ["the cat sat on the mat", "a tyre pressure warning light", "hello", "what is in the box?", "the end"]
     ref = Embedder(d).embed(texts).vectors
     emb = Embedder(d, HTP)  # the EPContext build recorded in the manifest
-    assert emb.session.path == d / _build(d)["graphs"]["embed"]
+    assert emb.session.path == d / _build(d).graphs["embed"]
     got = emb.embed(texts).vectors
     # a model without an HTP build: its ONNX graph is compiled when the session is created
     jit = Embedder(tiny_builds["bert"], RuntimeOptions(backend="htp", soc_model=57)).embed(texts).vectors
@@ -143,7 +143,7 @@ def test_ep_context_model_matches_compile_time_session(htp_models):
         else:
             feeds[spec.name] = (rng.standard_normal(spec.shape) * 0.5).astype(np.float32)
     feeds["attention_mask"][:] = 0.0
-    ctx = GraphSession(d / _build(d)["graphs"]["decode"], HTP)
+    ctx = GraphSession(d / _build(d).graphs["decode"], HTP)
     # the same graph compiled in-process with the options compile.py uses
     fresh = GraphSession(d / "decode.onnx", RuntimeOptions(backend="htp", soc_model=57), htp_arch=75,
                          provider_options={"htp_graph_finalization_optimization_mode": "3"})
@@ -184,17 +184,17 @@ def test_second_target_compiles(htp_models, tmp_path):
     d = tmp_path / "llama"
     shutil.copytree(htp_models["llama"], d)
     entry = compile_model_dir(d, ["8elite"], shared=False)  # sm8750, soc 69, v79
-    build = next(b for b in entry["builds"] if b["target"] == "sm8750")
-    assert (build["soc_model"], build["htp_arch"]) == (69, 79)
-    assert all(p["cpu"] == 0 for p in build["placement"].values())
-    assert {b["target"] for b in entry["builds"]} == {"sm8650", "sm8750"}  # merged with the recorded one
+    build = next(b for b in entry.builds if b.target == "sm8750")
+    assert (build.soc_model, build.htp_arch) == (69, 79)
+    assert all(p["cpu"] == 0 for p in build.placement.values())
+    assert {b.target for b in entry.builds} == {"sm8650", "sm8750"}  # merged with the recorded one
     # the simulator runs it too
     prompt = [5, 6, 7, 8, 9]
     record_target(d, entry)
     dec = Decoder(d)
     want = dec.feed(prompt)
     dec.reset()
-    dec.sessions = {g.seq: GraphSession(d / build["graphs"][g.name], HTP) for g in dec.manifest.graphs}
+    dec.sessions = {g.seq: GraphSession(d / build.graphs[g.name], HTP) for g in dec.manifest.graphs}
     assert cosine(dec.feed(prompt), want) >= 0.999
 
 
@@ -202,19 +202,19 @@ def test_shared_weights_build_has_one_binary(htp_models, tmp_path):
     d = tmp_path / "llama"
     shutil.copytree(htp_models["llama"], d)
     entry = compile_model_dir(d, [TARGET], shared=True)
-    build = next(b for b in entry["builds"] if b["variant"] == "shared")
-    assert build["shared_weights"] and len(build["graphs"]) == 3
-    assert len(build["binaries"]) == 1
+    build = next(b for b in entry.builds if b.variant == "shared")
+    assert build.shared_weights and len(build.graphs) == 3
+    assert len(build.binaries) == 1
     bins = list((d / "htp" / TARGET / "shared").glob("*.bin"))
     assert len(bins) == 1 and qnn.binary_graph_count(bins[0]) == 3
-    for rel in build["graphs"].values():
+    for rel in build.graphs.values():
         assert qnn.inspect_graph(d / rel).binaries == (bins[0],)
     # one shared binary is smaller than the three unshared ones together
-    sim = next(b for b in entry["builds"] if b["variant"] == "sim")
-    assert sum(build["binaries"].values()) < sum(sim["binaries"].values())
+    sim = next(b for b in entry.builds if b.variant == "sim")
+    assert sum(build.binaries.values()) < sum(sim.binaries.values())
     # the simulator would crash on it: the runtime refuses it with a clear message instead
     with pytest.raises(RuntimeModelError, match="simulator"):
-        GraphSession(d / build["graphs"]["decode"], HTP)
+        GraphSession(d / build.graphs["decode"], HTP)
 
 
 def test_target_table():
@@ -232,7 +232,7 @@ def test_target_table():
 
 def test_htp_session_errors_and_logging(htp_models, monkeypatch, capfd):
     d = htp_models["llama"]
-    ctx = d / _build(d)["graphs"]["decode"]
+    ctx = d / _build(d).graphs["decode"]
     from app.settings import RuntimeSettings
 
     with pytest.raises(RuntimeModelError, match="unknown QNN log level"):
@@ -262,11 +262,11 @@ def test_htp_session_errors_and_logging(htp_models, monkeypatch, capfd):
 
 def test_select_build(htp_models):
     entry = load_manifest(htp_models["llama"]).target
-    assert qnn.select_build(entry)["variant"] == "sim"  # x86: the simulator build
+    assert qnn.select_build(entry).variant == "sim"  # x86: the simulator build
     with pytest.raises(RuntimeModelError, match="no HTP build for sm8750"):
         qnn.select_build(entry, "sm8750")
     with pytest.raises(RuntimeModelError, match="no HTP build"):
-        qnn.select_build({"backend": "cpu"})
+        qnn.select_build(TargetSpec())
 
 
 def test_cli_generate_json_on_htp(htp_models):
@@ -302,7 +302,7 @@ def test_qnn_profile_from_the_environment(htp_models, tmp_path, monkeypatch):
 
     monkeypatch.setenv("HEXRAG_QNN_PROFILE", str(tmp_path))
     d = htp_models["llama"]
-    session = GraphSession(d / _build(d)["graphs"]["decode"], RuntimeSettings().runtime("htp"))
+    session = GraphSession(d / _build(d).graphs["decode"], RuntimeSettings().runtime("htp"))
     feeds = {s.name: np.zeros(s.shape, np.int32 if s.dtype == "int32" else np.float32)
              for s in load_manifest(d).graph("decode").inputs}
     for _ in range(3):
@@ -327,7 +327,7 @@ def test_one_plan_builds_quantizes_and_compiles(tiny_sources, tmp_path):
                      htp=HtpBuild(targets=(TARGET,), variant="sim"), progress=False)
     manifest = build_model(plan, lines.append)
     assert manifest.quantization["recipe"] == "w8a16" and manifest.context == 64
-    assert [(b["target"], b["variant"]) for b in manifest.target["builds"]] == [(TARGET, "sim")]
-    assert all((out / p).is_file() for p in _build(out)["graphs"].values())
+    assert [(b.target, b.variant) for b in manifest.target.builds] == [(TARGET, "sim")]
+    assert all((out / p).is_file() for p in _build(out).graphs.values())
     assert lines == [f"compiled tiny for {TARGET} (sim)"]
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]

@@ -105,7 +105,7 @@ def test_w8a16_manifest_graphs_and_shared_kv_encoding(w8, tiny_builds):
     # ONE encoding per KV tensor, identical for prefill_16, prefill_4 and decode
     kv = q["kv_cache"]
     assert kv["dtype"] == "uint16" and sorted(kv["graphs"]) == sorted(g.name for g in m.graphs)
-    assert len(kv["tensors"]) == 2 * m.architecture["n_layers"]
+    assert len(kv["tensors"]) == 2 * m.architecture.n_layers
     for graph, io in q["io"].items():
         for name, p in io.items():
             if name.startswith(("past_", "new_")):
@@ -231,10 +231,10 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
     shutil.copytree(w8["dir"], d)
     entry = compile_model_dir(d, TARGETS, shared=False, fp16=False)
     record_target(d, entry)
-    assert {b["target"] for b in entry["builds"]} == set(TARGETS)
-    for build in entry["builds"]:
-        for graph, placement in build["placement"].items():
-            assert placement["cpu"] == 0 and placement["htp"] > 100, (build["target"], graph, placement)
+    assert {b.target for b in entry.builds} == set(TARGETS)
+    for build in entry.builds:
+        for graph, placement in build.placement.items():
+            assert placement["cpu"] == 0 and placement["htp"] > 100, (build.target, graph, placement)
     # every graph of the sm8650 build on the simulator against the same quantized graphs on the CPU:
     # a prompt longer than the 16-bucket, greedy decode, then a 3-token turn (the 4-bucket)
     cpu, htp = Decoder(d), Decoder(d, RuntimeOptions(backend="htp", target="sm8650"))
@@ -252,7 +252,7 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
     from runtime.session import GraphSession
 
     v79 = qnn.select_build(load_manifest(d).target, "sm8750")
-    sess = GraphSession(d / v79["graphs"]["decode"], RuntimeOptions(backend="htp"))
+    sess = GraphSession(d / v79.graphs["decode"], RuntimeOptions(backend="htp"))
     assert sess.input_names and "past_key_0" in sess.input_names
 
 
@@ -264,7 +264,7 @@ def test_a_model_over_the_part_budget_compiles_in_parts_that_run_like_the_whole(
     shutil.copytree(w8["dir"], d)
     m = load_manifest(d)
     decode = _graph(d, "decode")
-    whole = part_weight_bytes(decode, [(0, m.architecture["n_layers"])])[0]
+    whole = part_weight_bytes(decode, [(0, m.architecture.n_layers)])[0]
     budget = whole * 6 // 10  # two layers, embedding and head: two parts of about half each
     assert plan_parts(decode, budget) == [(0, 1), (1, 2)]
     assert max(part_weight_bytes(decode, [(0, 1), (1, 2)])) <= budget
@@ -273,16 +273,16 @@ def test_a_model_over_the_part_budget_compiles_in_parts_that_run_like_the_whole(
 
     entry = compile_model_dir(d, ["sm8650"], shared=False, fp16=False, part_budget=budget)
     record_target(d, entry)
-    sim = entry["builds"][0]
-    assert sim["parts"] == 2 and sim["part_layers"] == [[0, 0], [1, 1]]
-    for graph, files in sim["graphs"].items():
+    sim = entry.builds[0]
+    assert sim.parts == 2 and sim.part_layers == [[0, 0], [1, 1]]
+    for graph, files in sim.graphs.items():
         assert [Path(f).name for f in files] == [f"{graph}.part0_ctx.onnx", f"{graph}.part1_ctx.onnx"]
-        assert sim["placement"][graph]["cpu"] == 0
+        assert sim.placement[graph]["cpu"] == 0
     assert not list(d.glob("*.part*.onnx"))  # the split graphs are compile intermediates
     # devices: one context binary per part holds that part of every graph
     shared = compile_model_dir(d, ["sm8650"], shared=True, fp16=False, part_budget=budget)
     record_target(d, shared)
-    binaries = shared["builds"][-1]["binaries"]
+    binaries = shared.builds[-1].binaries
     assert sorted(Path(b).name for b in binaries) == ["prefill_16.part0_ctx_qnn.bin", "prefill_16.part1_ctx_qnn.bin"]
 
     # the simulator runs the parts one after the other, as the CPU runs the whole quantized graphs
@@ -307,7 +307,7 @@ def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_bui
     assert load_manifest(out).quantization["weights"]["tensors"]["lm_head"]["type"] == "int8"
     compile_model_dir, _, _ = _htp()
     entry = compile_model_dir(out, ["sa8295p"], shared=False, fp16=False)
-    assert all(p["cpu"] == 0 and p["htp"] > 100 for p in entry["builds"][0]["placement"].values())
+    assert all(p["cpu"] == 0 and p["htp"] > 100 for p in entry.builds[0].placement.values())
     # SM8350, the other v68 part, validates every node and then cannot create some of them (QNN
     # 2.51, docs/benchmarks.md): the error names them instead of QNN's bare MEM_ALLOC code
     with pytest.raises(BuildError) as info:
@@ -356,14 +356,14 @@ def test_wrap_context_binaries_load_like_our_own_builds(w8, tmp_path, monkeypatc
     m = load_manifest(d)
     kv = m.quantization["kv_cache"]["tensors"]
     args, names = [], {}
-    for g, ctx in m.target["builds"][0]["graphs"].items():
+    for g, ctx in m.target.builds[0].graphs.items():
         binary, names[g] = _utility_json(d / ctx, kv, tmp_path / f"{g}.json")
         args += ["--binary", str(binary), "--json", str(tmp_path / f"{g}.json"), "--graph", f"{g}={names[g]}"]
     out = tmp_path / "wrapped"
     proc = hexrag("build", "wrap-context", "--model", str(d), "--target", "sm8650", "--out", str(out), *args)
     assert proc.returncode == 0, proc.stderr
     wrapped = load_manifest(out)
-    assert wrapped.target["builds"][0]["wrapped"] == names
+    assert wrapped.target.builds[0].wrapped == names
     assert wrapped.quantization["kv_cache"]["tensors"] == {k: {"scale": e["scale"], "zero_point": e["zero_point"]}
                                                            for k, e in kv.items()}
     assert not list(out.glob("*.onnx")) and not (out / "weights.data").exists()  # binaries only
@@ -412,8 +412,8 @@ def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
     assert cosine(one[0], main[0]) >= 0.9999
     compile_model_dir, record_target, _ = _htp()
     entry = compile_model_dir(out, ["sm8650"], shared=False, fp16=False)
-    assert entry["builds"][0]["placement"]["embed"]["cpu"] == 0
-    assert entry["builds"][0]["placement"]["embed_1x32"]["cpu"] == 0  # the bucket compiles like the main graph
+    assert entry.builds[0].placement["embed"]["cpu"] == 0
+    assert entry.builds[0].placement["embed_1x32"]["cpu"] == 0  # the bucket compiles like the main graph
     record_target(out, entry)
     sim_embedder = Embedder(out, RuntimeOptions(backend="htp"))
     sim = sim_embedder.embed(texts).vectors
@@ -423,7 +423,7 @@ def test_embedder_w8a16_matches_float_and_compiles(tiny_builds, tmp_path):
     # a wrapped QAIRT binary of the main graph alone: the model has no bucket and still embeds queries
     from build_scripts.wrap_context import wrap_context
 
-    binary, qnn_name = _utility_json(out / entry["builds"][0]["graphs"]["embed"], {}, tmp_path / "embed.json")
+    binary, qnn_name = _utility_json(out / entry.builds[0].graphs["embed"], {}, tmp_path / "embed.json")
     wrapped = wrap_context(out, [(binary, tmp_path / "embed.json")], "sm8650", tmp_path / "wrapped",
                            {"embed": qnn_name})
     assert [g.name for g in wrapped.graphs] == ["embed"]
@@ -476,12 +476,12 @@ def test_block_weights_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatc
     compile_model_dir, record_target, qnn = _htp()
     lpbq = {"enable_block_quant_weight_optimization": "1"}
     device = compile_model_dir(out, targets[:1], shared=True, fp16=False)  # LPBQ: turned on for blocked weights
-    assert device["builds"][0]["provider_options"] == lpbq
-    assert all(p["cpu"] == 0 for p in device["builds"][0]["placement"].values())
+    assert device.builds[0].provider_options == lpbq
+    assert all(p["cpu"] == 0 for p in device.builds[0].placement.values())
     entry = compile_model_dir(out, targets, shared=False, fp16=False)  # the simulator's: int4 LPBQ may segfault it
-    assert [b["target"] for b in entry["builds"]] == targets
-    assert all(b["provider_options"] == ({} if dtype == TensorProto.INT4 else lpbq) for b in entry["builds"])
-    assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
+    assert [b.target for b in entry.builds] == targets
+    assert all(b.provider_options == ({} if dtype == TensorProto.INT4 else lpbq) for b in entry.builds)
+    assert all(p["cpu"] == 0 for b in entry.builds for p in b.placement.values())
     record_target(out, entry)
     cpu, htp = Decoder(out), Decoder(out, RuntimeOptions(backend="htp", target=targets[0]))
     prompt = [5, 17, 42, 8, 99, 23, 7]
@@ -553,8 +553,8 @@ def test_source_grid_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_
     assert result["metrics"]["logits_cosine"] >= 0.999
     compile_model_dir, record_target, qnn = _htp()
     entry = compile_model_dir(out, TARGETS[:1], shared=False, fp16=False)
-    assert all(p["cpu"] == 0 for b in entry["builds"] for p in b["placement"].values())
-    assert all(b["provider_options"] == lpbq for b in entry["builds"])
+    assert all(p["cpu"] == 0 for b in entry.builds for p in b.placement.values())
+    assert all(b.provider_options == lpbq for b in entry.builds)
     record_target(out, entry)
     cpu, htp = Decoder(out), Decoder(out, RuntimeOptions(backend="htp", target=TARGETS[0]))
     prompt = [int(t) for t in np.random.default_rng(0).integers(3, 290, size=21)]
@@ -618,8 +618,8 @@ def test_recipe_file_overrides_and_in_place_quantization(tiny_builds, tmp_path):
                                        if t.name == enc["/layers.1/mlp/silu/output_0"].input[1]))
     assert float(scale) == pytest.approx(9.0 / 65535, rel=1e-4)  # the pinned range, not the calibrated one
     assert len(_quantized_residuals(d / "decode.onnx")) == 4  # 2 layers x (attention, MLP)
-    assert not (d / "htp").exists() and m.target == {"backend": "cpu"}
-    assert Decoder(d).feed([5, 6, 7]).shape == (m.architecture["vocab"],)
+    assert not (d / "htp").exists() and m.target.backend == "cpu" and not m.target.builds
+    assert Decoder(d).feed([5, 6, 7]).shape == (m.architecture.vocab,)
     with pytest.raises(BuildError, match="already quantized"):
         quantize_model_dir(d, "w8a16", progress=False)
 

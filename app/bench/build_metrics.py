@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.bench.chips import AI_HUB, CHIPS
-from models.manifest import build_files
+from models.manifest import DecoderArchitecture, TargetBuild, build_files
 
 FP16_BYTES = 2  # float graphs run in fp16 on HTP; quantized KV caches are uint16
 
@@ -36,29 +36,27 @@ def _ctx_node_share(model_dir: Path, graphs: dict[str, str | list[str]]) -> floa
     return ctx / (ctx + other) if ctx + other else None
 
 
-def _build_row(model_dir: Path, build: dict, weights_bytes: int) -> dict:
-    placement = build.get("placement") or {}
-    htp = sum(p.get("htp", 0) for p in placement.values())
-    cpu = sum(p.get("cpu", 0) for p in placement.values())
-    share = htp / (htp + cpu) if htp + cpu else _ctx_node_share(model_dir, build.get("graphs", {}))
-    binaries = build.get("binaries", {})
-    binary_bytes = sum(binaries.values())
-    return {"target": build["target"], "chip": build.get("chip"), "variant": build.get("variant"),
-            "shared_weights": build.get("shared_weights", False), "graphs": len(build.get("graphs", {})),
-            "htp_node_share": share, "htp_nodes": htp or None, "binaries": len(binaries), "binary_bytes": binary_bytes,
+def _build_row(model_dir: Path, build: TargetBuild, weights_bytes: int) -> dict:
+    htp = sum(p.get("htp", 0) for p in build.placement.values())
+    cpu = sum(p.get("cpu", 0) for p in build.placement.values())
+    share = htp / (htp + cpu) if htp + cpu else _ctx_node_share(model_dir, build.graphs)
+    binary_bytes = sum(build.binaries.values())
+    return {"target": build.target, "chip": build.chip, "variant": build.variant,
+            "shared_weights": build.shared_weights, "graphs": len(build.graphs),
+            "htp_node_share": share, "htp_nodes": htp or None, "binaries": len(build.binaries), "binary_bytes": binary_bytes,
             "weights_bytes": weights_bytes, "binary_to_weights": binary_bytes / weights_bytes if weights_bytes else None,
-            "parts": build.get("parts", 1), "compile_seconds": round(sum((build.get("compile_seconds") or {}).values()), 2)}
+            "parts": build.parts, "compile_seconds": round(sum(build.compile_seconds.values()), 2)}
 
 
-def kv_bytes(arch: dict, context: int) -> int:
-    return 2 * arch["n_layers"] * arch["n_kv_heads"] * arch["head_dim"] * context * FP16_BYTES
+def kv_bytes(arch: DecoderArchitecture, context: int) -> int:
+    return 2 * arch.n_layers * arch.n_kv_heads * arch.head_dim * context * FP16_BYTES
 
 
-def device_weight_bytes(m, model_dir: Path, builds: list[dict]) -> tuple[int, str]:
+def device_weight_bytes(m, model_dir: Path, builds: list[TargetBuild]) -> tuple[int, str]:
     """Bytes of weights the HTP reads per token, and where the number comes from."""
-    shared = [b for b in builds if b.get("shared_weights") and b.get("binaries")]
+    shared = [b for b in builds if b.shared_weights and b.binaries]
     if shared:  # what a device really loads: one binary for prefill and decode
-        return min(sum(b["binaries"].values()) for b in shared), f"shared context binary ({shared[0]['target']})"
+        return min(sum(b.binaries.values()) for b in shared), f"shared context binary ({shared[0].target})"
     weights = (model_dir / m.weights_file).stat().st_size
     quant = m.quantization or {}
     if quant.get("recipe", "none") == "none":
@@ -73,9 +71,8 @@ def build_metrics(model_dir: Path) -> dict:
 
     m = load_manifest(model_dir, verify=False)
     weights_file = (model_dir / m.weights_file).stat().st_size
-    target = m.target if m.target.get("backend") == "htp" else {}
-    builds = target.get("builds", [])
-    rows = [_build_row(model_dir, b, target.get("weights_bytes") or weights_file) for b in builds]
+    builds = m.target.htp_builds
+    rows = [_build_row(model_dir, b, m.target.weights_bytes or weights_file) for b in builds]
     out = {"model": m.name, "kind": m.kind, "quantization": (m.quantization or {}).get("recipe", "none"),
            "weights_bytes": weights_file, "builds": rows,
            "note": None if builds else "no HTP build in the manifest: run `hexrag compile DIR --target T` "

@@ -38,7 +38,7 @@ from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
 from build_scripts.staging import staged_directory
-from models.manifest import GraphSpec, Manifest, TensorSpec, hash_directory, load_manifest, package_versions
+from models.manifest import GraphSpec, Manifest, TargetSpec, TensorSpec, hash_directory, load_manifest, package_versions
 from runtime.decoder import START_GRAPH
 
 log = logging.getLogger(__name__)
@@ -339,7 +339,7 @@ def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: di
     new.graphs = [_graph_spec(models[g.name], g).model_copy(update={"file": f"{g.name}.onnx"}) for g in graphs]
     new.weights_file = WEIGHTS_FILE
     new.quantization = quantization
-    new.target = {"backend": "cpu"}  # HTP builds of the float graphs do not apply: compile again
+    new.target = TargetSpec()  # HTP builds of the float graphs do not apply: compile again
     new.versions = {**m.versions, **package_versions("onnxruntime", "onnx")}
     for g in new.graphs:
         onnx.save(models[g.name], str(tmp / g.file))
