@@ -106,7 +106,7 @@ def _build(weights: str, out: Path, shape, name: str | None, quant: str, calib: 
     except ValidationError as e:  # the plan's own consistency rules, said as a usage error
         raise click.UsageError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
     m = build_model(plan, _report)
-    click.echo(f"built {m.name} ({m.quantization.get('recipe', 'none')}): "
+    click.echo(f"built {m.name} ({m.quantization.recipe}): "
                f"{', '.join(dict.fromkeys(g.file for g in m.graphs))} in {out}")
 
 

@@ -48,8 +48,8 @@ def _ready(model_dir: Path, quant: str = "none") -> bool:
         if model_dir.exists():
             log.info("not reusing %s: %s", model_dir, e)
         return False
-    if m.quantization.get("recipe", "none") != quant:
-        log.info("not reusing %s: it is a %s build, %s is wanted", model_dir, m.quantization.get("recipe"), quant)
+    if m.quantization.recipe != quant:
+        log.info("not reusing %s: it is a %s build, %s is wanted", model_dir, m.quantization.recipe, quant)
         return False
     stale = contract_mismatch(m) if m.kind == "llm" else None
     if stale:

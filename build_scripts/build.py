@@ -24,8 +24,8 @@ from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
 from build_scripts.staging import staged_directory
 from build_scripts.weights.loaders import LoadedModel, load_weights
 from models.contract import MASK_VALUE, decoder_io
-from models.manifest import (GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, hash_directory,
-                             package_versions, sha256_file)
+from models.manifest import (GraphSpec, Manifest, QuantizationSpec, SourceSpec, TensorSpec, TokenizerSpec,
+                             hash_directory, package_versions, sha256_file)
 
 log = logging.getLogger(__name__)
 WEIGHTS_FILE = "weights.data"
@@ -127,12 +127,12 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
             store.close()
         manifest = Manifest(
             name=name or out.name, kind="llm", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            source=_source(model), architecture=cfg.to_dict(), context=context, prefill_buckets=buckets,
+            source=_source(model), architecture=cfg.model_dump(), context=context, prefill_buckets=buckets,
             mask_value=MASK_VALUE, graphs=graphs, weights_file=WEIGHTS_FILE,
             tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
         )
         if blocks is not None:
-            manifest.quantization = blocks.summary()
+            manifest.quantization = QuantizationSpec.model_validate(blocks.summary())
         return _finish(tmp, manifest)
 
 
@@ -180,7 +180,7 @@ def build_embedder(weights: str | Path, out: str | Path, batch: int = 8, seq: in
             store.close()
         manifest = Manifest(
             name=name or out.name, kind="embedder", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            source=_source(model), architecture=cfg.to_dict(), mask_value=MASK_VALUE,
+            source=_source(model), architecture=cfg.model_dump(), mask_value=MASK_VALUE,
             graphs=specs, weights_file=WEIGHTS_FILE, tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
         )
         return _finish(tmp, manifest)

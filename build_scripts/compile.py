@@ -182,7 +182,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     versions = qnn.versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
-    if _lpbq(manifest.quantization, shared):
+    if _lpbq(manifest.quantization.model_dump(), shared):
         kwargs["provider_options"] = {"enable_block_quant_weight_optimization": "1", **(kwargs.get("provider_options") or {})}
     builds = []
     try:

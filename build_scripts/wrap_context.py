@@ -35,7 +35,7 @@ from onnx import TensorProto, helper
 from build_scripts.errors import BuildError
 from build_scripts.quantize.qdq import KV_INPUT, KV_OUTPUT
 from build_scripts.staging import staged_directory
-from models.manifest import GraphSpec, Manifest, TargetBuild, TargetSpec, TensorSpec, hash_directory, load_manifest
+from models.manifest import GraphSpec, Manifest, QuantizationSpec, TargetBuild, TargetSpec, TensorSpec, hash_directory, load_manifest
 from runtime.qnn_targets import resolve_target
 
 # QNN data types (context-binary-utility names) -> the contract's dtypes; fixed point = quantized
@@ -212,13 +212,13 @@ def wrap_context(model_dir: str | Path, binaries: list[tuple[Path, Path]], targe
         new.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         new.graphs = [s.model_copy(update={"file": (rel / f"{s.name}_ctx.onnx").as_posix()}) for s in specs]
         new.weights_file = (rel / used[0].name).as_posix()
-        new.quantization = {
+        new.quantization = QuantizationSpec.model_validate({
             "recipe": "external", "format": "QNN context binary (QAIRT)",
-            "kv_cache": {"dtype": "uint16", "tensors": kv} if kv else {},
+            "kv_cache": {"dtype": "uint16", "tensors": kv} if kv else None,
             "io": {s.name: {q.name: {"scale": q.scale, "zero_point": q.zero_point}
                             for q in (*graphs[s.name].inputs.values(), *graphs[s.name].outputs.values()) if q.quantized}
                    for s in specs},
-        }
+        })
         new.target = TargetSpec(
             backend="htp", precision="external", weights_bytes=sum(b.stat().st_size for b in used),
             versions={"qnn_build": sdks.pop()},

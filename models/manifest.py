@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -127,9 +127,43 @@ class TargetSpec(BaseModel):
         return self.builds if self.backend == "htp" else []
 
 
-class Manifest(BaseModel):
-    model_config = ConfigDict(validate_assignment=True)  # a section set later is checked like a loaded one
+class KVEncoding(BaseModel):
+    """How one KV tensor (key_3, value_3 ...) is stored in a quantized cache: one encoding for every graph."""
 
+    model_config = ConfigDict(extra="allow")  # the calibrated range (rmin, rmax) rides along
+
+    scale: float
+    zero_point: int
+
+
+class KVCacheSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    dtype: Literal["uint16", "uint8"]
+    tensors: dict[str, KVEncoding]  # key_<layer> / value_<layer>
+    graphs: list[str] = Field(default_factory=list)  # the graphs that share these encodings
+
+
+class QuantizationSpec(BaseModel):
+    """What quantized the graphs: the recipe and, for a quantized KV cache, its encodings. The rest of
+    the build's record (recipe_spec, weights, calibration, metrics ...) is kept as written."""
+
+    model_config = ConfigDict(extra="allow")
+
+    recipe: str = "none"  # none | int4 | int8 (CPU blocks) | a PTQ recipe (w8a16 ...) | external (QAIRT binaries)
+    format: str | None = None  # MatMulNBits: the CPU target's graphs
+    kv_cache: KVCacheSpec | None = None
+    io: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)  # graph -> I/O tensor -> encoding
+
+    @property
+    def cpu_blocks(self) -> bool:
+        return self.format == "MatMulNBits"
+
+
+_KV_NAMES = ("past_key_", "past_value_", "new_key_", "new_value_", "present_")
+
+
+class Manifest(BaseModel):
     schema_version: int = SCHEMA_VERSION
     name: str
     kind: Literal["llm", "embedder"]
@@ -142,11 +176,32 @@ class Manifest(BaseModel):
     graphs: list[GraphSpec]
     weights_file: str
     tokenizer: TokenizerSpec
-    quantization: dict[str, Any] = Field(default_factory=lambda: {"recipe": "none"})
+    quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
     target: TargetSpec = Field(default_factory=TargetSpec)
     versions: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)  # every file in the directory -> sha256
     metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kv_encodings(self) -> Manifest:
+        """A quantized KV cache needs one encoding per tensor that every graph uses: a graph that
+        quantized differently would read the others' rows wrongly."""
+        dtypes = {t.dtype for g in self.graphs for t in (*g.inputs, *g.outputs) if t.name.startswith(_KV_NAMES)}
+        if len(dtypes) > 1:
+            raise ValueError(f"the graphs disagree on the KV cache type ({', '.join(sorted(dtypes))})")
+        if not dtypes or dtypes == {"float32"}:
+            return self
+        kv, n_layers = self.quantization.kv_cache, getattr(self.architecture, "n_layers", 0)
+        if kv is None or kv.dtype not in dtypes or len(kv.tensors) != 2 * n_layers:
+            raise ValueError(f"the graphs take a {dtypes.pop()} KV cache but quantization.kv_cache has no "
+                             "matching encodings")
+        for graph, params in self.quantization.io.items():
+            for name, p in params.items():
+                want = kv.tensors.get(name.split("_", 1)[1]) if name.startswith(("past_", "new_")) else None
+                if name.startswith(("past_", "new_")) and (
+                        want is None or (p.get("scale"), p.get("zero_point")) != (want.scale, want.zero_point)):
+                    raise ValueError(f"graph {graph} encodes {name} differently from the shared KV cache encoding")
+        return self
 
     def graph(self, kind: str, seq: int | None = None) -> GraphSpec:
         for g in self.graphs:
@@ -155,8 +210,10 @@ class Manifest(BaseModel):
         raise ManifestError(f"model {self.name} has no {kind} graph" + (f" for S={seq}" if seq else ""))
 
     def save(self, directory: Path) -> None:
+        """Checked like a loaded manifest, then written whole: a builder never leaves one the runtime refuses."""
+        checked = Manifest.model_validate(self.model_dump())
         tmp = directory / (MANIFEST + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=2) + "\n")
+        tmp.write_text(checked.model_dump_json(indent=2) + "\n")
         os.replace(tmp, directory / MANIFEST)
 
 
@@ -205,8 +262,13 @@ def load_manifest(directory: str | Path, verify: bool = True) -> Manifest:
                              "`hexrag build` (`hexrag quickstart` builds the default models)")
     try:
         manifest = Manifest.model_validate(json.loads(path.read_text()))
-    except (json.JSONDecodeError, ValidationError) as e:
-        raise ManifestError(f"{path} is not a valid manifest ({str(e).splitlines()[0]})") from None
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{path} is not a valid manifest ({e})") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ManifestError(f"{path} is not a valid manifest ({where + ': ' if where else ''}"
+                            f"{first['msg'].removeprefix('Value error, ')}); rebuild the model") from None
     if manifest.schema_version != SCHEMA_VERSION:
         raise ManifestError(
             f"{directory} was built with manifest schema {manifest.schema_version}, this hexrag reads "

@@ -48,7 +48,7 @@ class Decoder:
         # float graphs on the CPU: only the decode graph gets packed weights: it runs every token
         # (packing bought 25% there), while prefill barely gains from it and each packed copy costs a
         # full set of weights. MatMulNBits graphs always pack: their integer kernels need it
-        blocks = (m.quantization or {}).get("format") == "MatMulNBits"
+        blocks = m.quantization.cpu_blocks
         opened = {}  # the CPU target lists one file for every step size
 
         def session(g):
@@ -234,30 +234,13 @@ class _StepBuffers:
 
 
 def _kv_layout(m, n_layers: int) -> tuple[np.dtype, list[tuple[int, int]] | None]:
-    """The cache's element type from the graphs' KV I/O (every graph must agree) and, for a
-    quantized cache, the zero point of each layer's key and value (what an empty slot holds)."""
-    dtypes = {t.dtype for g in m.graphs for t in (*g.inputs, *g.outputs)
-              if t.name.startswith(("past_key_", "past_value_", "new_key_", "new_value_", "present_"))}
-    if len(dtypes) > 1:
-        raise RuntimeModelError(f"{m.name}: the graphs disagree on the KV cache type ({', '.join(sorted(dtypes))}); "
-                                f"rebuild the model")
-    dtype = np.dtype(dtypes.pop() if dtypes else "float32")
-    if dtype == np.float32:
-        return dtype, None
-    kv = (m.quantization or {}).get("kv_cache") or {}
-    tensors = kv.get("tensors") or {}
-    if kv.get("dtype") != dtype.name or len(tensors) != 2 * n_layers:
-        raise RuntimeModelError(f"{m.name}: the graphs take a {dtype.name} KV cache but the manifest has no matching "
-                                f"quantization.kv_cache encodings; rebuild the model")
-    # one encoding per KV tensor for every graph: a graph that quantized differently would read
-    # the others' rows wrongly
-    io = (m.quantization or {}).get("io") or {}
-    for graph, params in io.items():
-        for name, p in params.items():
-            if name.startswith(("past_", "new_")):
-                want = tensors.get(name.split("_", 1)[1])
-                if want is None or (p.get("scale"), p.get("zero_point")) != (want["scale"], want["zero_point"]):
-                    raise RuntimeModelError(f"{m.name}: graph {graph} encodes {name} differently from the shared KV "
-                                            f"cache encoding; rebuild the model")
-    fill = [(int(tensors[f"key_{i}"]["zero_point"]), int(tensors[f"value_{i}"]["zero_point"])) for i in range(n_layers)]
-    return dtype, fill
+    """The cache's element type from the graphs' KV I/O and, for a quantized cache, the zero point of
+    each layer's key and value (what an empty slot holds). The manifest has checked that every graph
+    agrees on both (models/manifest.py)."""
+    kv = m.quantization.kv_cache
+    dtype = next((t.dtype for g in m.graphs for t in g.inputs if t.name.startswith(("past_key_", "past_value_"))),
+                 "float32")
+    if dtype == "float32" or kv is None:
+        return np.dtype(np.float32), None
+    fill = [(kv.tensors[f"key_{i}"].zero_point, kv.tensors[f"value_{i}"].zero_point) for i in range(n_layers)]
+    return np.dtype(dtype), fill

@@ -67,7 +67,7 @@ def test_build_quant_from_the_cli(tiny_sources, tmp_path):
     proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(out), "--context", "64",
                   "--prefill", "16,4", "--quant", "w8a16", "--calib", str(calib), "--calib-samples", "8")
     assert proc.returncode == 0, proc.stderr
-    q = load_manifest(out).quantization
+    q = load_manifest(out).quantization.model_dump()
     assert q["recipe"] == "w8a16" and "notes.md" in q["calibration"]["sources"] and "greedy_agreement" in q["metrics"]
     assert not list(tmp_path.glob(".w8*"))  # the float scratch build is gone
     # a device build may skip the held-out accuracy check (an hour for a real 135M model on 2 cores)
@@ -75,12 +75,12 @@ def test_build_quant_from_the_cli(tiny_sources, tmp_path):
                   "--context", "64", "--prefill", "16", "--quant", "w8a16", "--calib", str(calib),
                   "--calib-samples", "8", "--eval-samples", "0")
     assert proc.returncode == 0, proc.stderr
-    q = load_manifest(tmp_path / "w8-fast").quantization
+    q = load_manifest(tmp_path / "w8-fast").quantization.model_dump()
     assert q["recipe"] == "w8a16" and "greedy_agreement" not in q.get("metrics", {})
     # the CPU target: int4 graphs; HTP targets are refused for them, bad recipes before any work
     proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(tmp_path / "i4"),
                   "--context", "64", "--prefill", "16", "--quant", "int4")
-    assert proc.returncode == 0 and load_manifest(tmp_path / "i4").quantization["recipe"] == "int4", proc.stderr
+    assert proc.returncode == 0 and load_manifest(tmp_path / "i4").quantization.recipe == "int4", proc.stderr
     for bad, message in ((["--quant", "int4", "--target", "sm8650"], "MatMulNBits graphs for the CPU backend"),
                          (["--quant", "w3"], "unknown quantization recipe 'w3'")):
         proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(tmp_path / "bad"), *bad)

@@ -80,7 +80,7 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
     out = tmp_path / name
     build_llm(src, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
     m = load_manifest(out)
-    assert m.quantization["recipe"] == "int4" and m.quantization["weights"] == exact
+    assert m.quantization.recipe == "int4" and m.quantization.weights == exact
     graph = onnx.load(str(out / "step.onnx"), load_external_data=False)
     ops = [n.op_type for n in graph.graph.node]
     # every linear layer and the LM head, q/k/v and gate/up each stacked into one weight; packed
@@ -103,7 +103,7 @@ def test_int8_and_float_sources(tiny_sources, tmp_path):
     for quant, floor in (("int8", 0.999), ("int4", 0.95)):
         out = tmp_path / quant
         build_llm(tiny_sources["qwen2"], out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant=quant)
-        origins = load_manifest(out).quantization["weights"]
+        origins = load_manifest(out).quantization.weights
         assert all(o.startswith("re-quantized from float") for o in origins)
         prompt = [int(t) for t in np.random.default_rng(3).integers(3, 290, size=9)]
         tokens, logits = run_greedy(out, prompt, 4)

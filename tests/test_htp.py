@@ -326,7 +326,7 @@ def test_one_plan_builds_quantizes_and_compiles(tiny_sources, tmp_path):
                      quant=HtpPtq(recipe="w8a16", samples=8, eval_samples=0),
                      htp=HtpBuild(targets=(TARGET,), variant="sim"), progress=False)
     manifest = build_model(plan, lines.append)
-    assert manifest.quantization["recipe"] == "w8a16" and manifest.context == 64
+    assert manifest.quantization.recipe == "w8a16" and manifest.context == 64
     assert [(b.target, b.variant) for b in manifest.target.builds] == [(TARGET, "sim")]
     assert all((out / p).is_file() for p in _build(out).graphs.values())
     assert lines == [f"compiled tiny for {TARGET} (sim)"]

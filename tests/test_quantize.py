@@ -31,7 +31,7 @@ from build_scripts.quantize import calibration as cal
 from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.pipeline import prepare_graphs
 from build_scripts.quantize.qdq import pack_int4, read_initializers
-from models.manifest import load_manifest
+from models.manifest import Manifest, ManifestError, load_manifest
 from runtime.decoder import Decoder
 from runtime.embedder import Embedder
 from runtime.errors import RuntimeModelError
@@ -93,10 +93,10 @@ def _teacher_forced(a: Decoder, b: Decoder, seqs):
 def test_w8a16_manifest_graphs_and_shared_kv_encoding(w8, tiny_builds):
     d = w8["dir"]
     m = load_manifest(d)  # every file hashes as recorded
-    q = m.quantization
+    q = m.quantization.model_dump()
     assert q["recipe"] == "w8a16" and q["activations"] == "uint16"
     assert (tiny_builds["llama"] / "manifest.json").is_file()  # out=...: the float build is untouched
-    assert load_manifest(tiny_builds["llama"]).quantization["recipe"] == "none"
+    assert load_manifest(tiny_builds["llama"]).quantization.recipe == "none"
     # KV cache I/O is uint16 in every graph; everything else at the boundary stays as it was
     for g in m.graphs:
         for t in (*g.inputs, *g.outputs):
@@ -191,15 +191,17 @@ def test_w8a16_runs_on_cpu_with_uint16_cache_and_agrees_with_float(w8, tiny_buil
 def test_runtime_refuses_a_graph_with_its_own_kv_encoding(w8, tmp_path):
     d = tmp_path / "bad"
     shutil.copytree(w8["dir"], d)
-    m = load_manifest(d)
-    m.quantization["io"]["prefill_4"]["past_key_1"]["scale"] *= 2
-    m.save(d)
-    with pytest.raises(RuntimeModelError, match="prefill_4 encodes past_key_1 differently"):
+    m = json.loads((d / "manifest.json").read_text())
+    m["quantization"]["io"]["prefill_4"]["past_key_1"]["scale"] *= 2
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ManifestError, match="prefill_4 encodes past_key_1 differently.*rebuild the model"):
         Decoder(d)
-    del m.quantization["kv_cache"]
-    m.save(d)
-    with pytest.raises(RuntimeModelError, match="uint16 KV cache"):
+    del m["quantization"]["kv_cache"]
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ManifestError, match="uint16 KV cache"):
         Decoder(d)
+    with pytest.raises(ValueError, match="uint16 KV cache"):  # and a builder cannot write such a manifest
+        Manifest.model_validate(m).save(d)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -245,8 +247,8 @@ def test_w8a16_compiles_fully_for_two_targets_and_simulator_matches_cpu(w8, tmp_
     assert cosine(cpu.feed(turn), htp.feed(turn)) >= 0.999
     # both hosts hold raw uint16 KV of the same encoding: the rows agree to a few levels
     n = cpu.cache.length
-    t = load_manifest(d).quantization["kv_cache"]["tensors"]["key_0"]
-    a, b = ((x[..., :n].astype(np.float64) - t["zero_point"]) * t["scale"] for x in (cpu.cache.keys[0], htp.cache.keys[0]))
+    t = load_manifest(d).quantization.kv_cache.tensors["key_0"]
+    a, b = ((x[..., :n].astype(np.float64) - t.zero_point) * t.scale for x in (cpu.cache.keys[0], htp.cache.keys[0]))
     assert cosine(a, b) >= 0.999
     # the second target's binaries load on the simulator too
     from runtime.session import GraphSession
@@ -304,7 +306,7 @@ def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_bui
     assert not recipe.source_grid  # v68 takes int4 block weights but not int8 ones
     out = tmp_path / "llama_v68"
     quantize_model_dir(tiny_builds["llama"], recipe, samples=SAMPLES, out=out, progress=False, eval_samples=2)
-    assert load_manifest(out).quantization["weights"]["tensors"]["lm_head"]["type"] == "int8"
+    assert load_manifest(out).quantization.weights["tensors"]["lm_head"]["type"] == "int8"
     compile_model_dir, _, _ = _htp()
     entry = compile_model_dir(out, ["sa8295p"], shared=False, fp16=False)
     assert all(p["cpu"] == 0 and p["htp"] > 100 for p in entry.builds[0].placement.values())
@@ -354,7 +356,7 @@ def test_wrap_context_binaries_load_like_our_own_builds(w8, tmp_path, monkeypatc
     shutil.copytree(w8["dir"], d)
     record_target(d, compile_model_dir(d, ["sm8650"], shared=False, fp16=False))
     m = load_manifest(d)
-    kv = m.quantization["kv_cache"]["tensors"]
+    kv = m.quantization.model_dump()["kv_cache"]["tensors"]
     args, names = [], {}
     for g, ctx in m.target.builds[0].graphs.items():
         binary, names[g] = _utility_json(d / ctx, kv, tmp_path / f"{g}.json")
@@ -364,7 +366,7 @@ def test_wrap_context_binaries_load_like_our_own_builds(w8, tmp_path, monkeypatc
     assert proc.returncode == 0, proc.stderr
     wrapped = load_manifest(out)
     assert wrapped.target.builds[0].wrapped == names
-    assert wrapped.quantization["kv_cache"]["tensors"] == {k: {"scale": e["scale"], "zero_point": e["zero_point"]}
+    assert wrapped.quantization.model_dump()["kv_cache"]["tensors"] == {k: {"scale": e["scale"], "zero_point": e["zero_point"]}
                                                            for k, e in kv.items()}
     assert not list(out.glob("*.onnx")) and not (out / "weights.data").exists()  # binaries only
     sm8650 = RuntimeOptions(backend="htp", target="sm8650")
@@ -447,7 +449,7 @@ def test_block_weights_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatc
     out = tmp_path / "llama_blocks"
     result = quantize_model_dir(tiny_builds["llama"], recipe, samples=SAMPLES, out=out, progress=False,
                                 eval_samples=4)
-    q = load_manifest(out).quantization
+    q = load_manifest(out).quantization.model_dump()
     blocked = q["weights"]["blocked"]
     assert len(blocked) == 7 * 2 and set(blocked.values()) == {64}  # q k v o gate up down, both layers
     assert q["weights"]["tensors"]["lm_head"]["type"] == "int16"
@@ -530,7 +532,7 @@ def test_source_grid_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_
     src = tiny_builds["llama_q41"]
     out = tmp_path / "q41_grid"
     result = quantize_model_dir(src, recipe, samples=SAMPLES, out=out, progress=False, eval_samples=4)
-    tensors = load_manifest(out).quantization["weights"]["tensors"]
+    tensors = load_manifest(out).quantization.weights["tensors"]
     linear = [w for w, t in tensors.items() if t["role"] == "linear"]
     assert len(linear) == 7 * 2 and all(tensors[w]["granularity"] == "gguf Q4_1 block32" for w in linear)
     mins = [w.replace(".weight_t", ".mins_t") for w in linear]
@@ -581,7 +583,7 @@ def test_linear_layers_with_the_widest_outputs_stay_float(w8, tiny_builds, tmp_p
     threshold = (reach[widest] + reach[second]) / 2
     result = quantize_model_dir(tiny_builds["llama"], {"base": "w8a16", "float_range": threshold}, samples=SAMPLES,
                                 out=out, progress=False, eval_samples=4)
-    q = load_manifest(out).quantization
+    q = load_manifest(out).quantization.model_dump()
     assert q["recipe_spec"]["keep_float"][-1] == widest and widest not in RECIPES["w8a16"].keep_float
     weight = f"{widest.split('/')[1]}.{widest.rsplit('/', 1)[1]}.weight_t"  # /layers.1/mlp/down -> layers.1.down
     assert q["weights"]["tensors"][weight]["type"] == "float"
@@ -604,7 +606,7 @@ def test_recipe_file_overrides_and_in_place_quantization(tiny_builds, tmp_path):
     result = quantize_model_dir(d, recipe, samples=12, progress=False, evaluate=False)  # in place
     assert result["model_dir"] == str(d.resolve()) and not result["metrics"]
     m = load_manifest(d)
-    q = m.quantization
+    q = m.quantization.model_dump()
     assert q["recipe"] == "w4a16-first-block-8bit" and q["recipe_spec"]["block_size"] == 64
     tensors = q["weights"]["tensors"]
     assert tensors["layers.0.down.weight_t"] == {"role": "linear", "type": "int8", "symmetric": True,

@@ -58,10 +58,9 @@ def device_weight_bytes(m, model_dir: Path, builds: list[TargetBuild]) -> tuple[
     if shared:  # what a device really loads: one binary for prefill and decode
         return min(sum(b.binaries.values()) for b in shared), f"shared context binary ({shared[0].target})"
     weights = (model_dir / m.weights_file).stat().st_size
-    quant = m.quantization or {}
-    if quant.get("recipe", "none") == "none":
+    if m.quantization.recipe == "none":
         return weights // 2, "fp32 weights file ÷ 2 (HTP runs float graphs in fp16)"
-    if quant.get("format") == "MatMulNBits":  # hexrag's CPU target: its bytes, as if an HTP build matched them
+    if m.quantization.cpu_blocks:  # hexrag's CPU target: its bytes, as if an HTP build matched them
         return weights, "CPU-target int4/int8 weights file (HTP builds start from the float graphs: w4a16 is the match)"
     return weights, "quantized weights file"
 
@@ -73,7 +72,7 @@ def build_metrics(model_dir: Path) -> dict:
     weights_file = (model_dir / m.weights_file).stat().st_size
     builds = m.target.htp_builds
     rows = [_build_row(model_dir, b, m.target.weights_bytes or weights_file) for b in builds]
-    out = {"model": m.name, "kind": m.kind, "quantization": (m.quantization or {}).get("recipe", "none"),
+    out = {"model": m.name, "kind": m.kind, "quantization": m.quantization.recipe,
            "weights_bytes": weights_file, "builds": rows,
            "note": None if builds else "no HTP build in the manifest: run `hexrag compile DIR --target T` "
                                        "for per-target metrics; the ceilings below need none"}

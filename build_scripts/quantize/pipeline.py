@@ -38,7 +38,7 @@ from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
 from build_scripts.staging import staged_directory
-from models.manifest import GraphSpec, Manifest, TargetSpec, TensorSpec, hash_directory, load_manifest, package_versions
+from models.manifest import GraphSpec, Manifest, QuantizationSpec, TargetSpec, TensorSpec, hash_directory, load_manifest, package_versions
 from runtime.decoder import START_GRAPH
 
 log = logging.getLogger(__name__)
@@ -309,8 +309,8 @@ def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict
     start = time.perf_counter()
     src = Path(model_dir).resolve()
     m = load_manifest(src)
-    if (m.quantization or {}).get("recipe", "none") != "none":
-        raise BuildError(f"{src} is already quantized ({m.quantization['recipe']}): quantize its float build")
+    if m.quantization.recipe != "none":
+        raise BuildError(f"{src} is already quantized ({m.quantization.recipe}): quantize its float build")
     recipe = resolve_recipe(recipe)
     dest = Path(out).resolve() if out else src
     with staged_directory(dest) as tmp, tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
@@ -325,7 +325,7 @@ def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict
         result["seconds"] = round(time.perf_counter() - start, 1)
         result["model_dir"] = str(dest)
         final = load_manifest(tmp, verify=False)
-        final.quantization["seconds"] = result["seconds"]
+        final.quantization.seconds = result["seconds"]
         final.files = hash_directory(tmp)
         final.save(tmp)
     if progress:
@@ -338,7 +338,7 @@ def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: di
     new = m.model_copy(deep=True)
     new.graphs = [_graph_spec(models[g.name], g).model_copy(update={"file": f"{g.name}.onnx"}) for g in graphs]
     new.weights_file = WEIGHTS_FILE
-    new.quantization = quantization
+    new.quantization = QuantizationSpec.model_validate(quantization)
     new.target = TargetSpec()  # HTP builds of the float graphs do not apply: compile again
     new.versions = {**m.versions, **package_versions("onnxruntime", "onnx")}
     for g in new.graphs:
@@ -349,11 +349,11 @@ def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: di
 
 
 def _record_metrics(tmp: Path, new: Manifest, metrics: dict, tables: dict, ranges: dict, extra: dict) -> list[str]:
-    new.quantization["metrics"] = metrics
+    new.quantization.metrics = metrics
     new.metrics = {**new.metrics, "quantization": metrics}
-    written = write_report(tmp / REPORT, f"{new.name}: {new.quantization['recipe']} quantization", metrics,
+    written = write_report(tmp / REPORT, f"{new.name}: {new.quantization.recipe} quantization", metrics,
                            tables, ranges, extra)
-    new.quantization["report"] = [p.name for p in written]
+    new.quantization.report = [p.name for p in written]
     new.files = hash_directory(tmp)
     new.save(tmp)
     return [p.name for p in written]
