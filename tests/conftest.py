@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from build_scripts.build import build_embedder, build_llm
+from build_scripts.plan import BuildPlan, EmbedderShape, LLMShape, build_model
 from build_scripts.fetch import fetch
 from build_scripts import tiny_models as tm
 from tests.api_server import Server
@@ -59,23 +59,25 @@ def tiny_builds(tiny_sources, tmp_path_factory) -> dict[str, Path]:
     out = {}
     for key in ("llama", "llama_q8", "llama_q41", "qwen2", "llama_hf"):
         out[key] = root / key
-        build_llm(tiny_sources[key], out[key], context=TINY_CONTEXT, prefill=TINY_PREFILL, progress=False)
+        build_model(BuildPlan(weights=str(tiny_sources[key]), out=out[key], progress=False,
+                              shape=LLMShape(context=TINY_CONTEXT, prefill=TINY_PREFILL)))
     out["bert"] = root / "bert"
-    build_embedder(tiny_sources["bert"], out["bert"], batch=4, seq=32)
+    build_model(BuildPlan(weights=str(tiny_sources["bert"]), out=out["bert"], shape=EmbedderShape(batch=4, seq=32)))
     return out
 
 
 @pytest.fixture(scope="session")
 def smollm_build(smollm_gguf, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smollm") / "smollm2"
-    build_llm(smollm_gguf, out, context=512, prefill=(128, 32), progress=False)
+    build_model(BuildPlan(weights=str(smollm_gguf), out=out, shape=LLMShape(context=512, prefill=(128, 32)),
+                          progress=False))
     return out
 
 
 @pytest.fixture(scope="session")
 def minilm_build(minilm_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("minilm") / "minilm"
-    build_embedder(minilm_dir, out, batch=4, seq=128)
+    build_model(BuildPlan(weights=str(minilm_dir), out=out, shape=EmbedderShape(batch=4, seq=128)))
     return out
 
 
