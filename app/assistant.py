@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.answer.passage_kv import PASSAGE_KV_DIR, PassageKV
+from app.answer.passage_kv import kept_rows
 from app.answer.pipeline import AnswerResult, GroundedGeneration, plan_answer
 from app.schemas import ChatRequest, Citation
 from app.settings import Settings
@@ -35,7 +35,7 @@ class Assistant:
         self.kb = None
         if rag:
             self.kb = KnowledgeBase.open(settings.kb, Embedder(settings.embedder, settings.runtime()))
-        self.passage_kv = PassageKV(self.llm, settings.kb / PASSAGE_KV_DIR) if rag and settings.passage_kv else None
+        self.passage_kv = kept_rows(self.llm, settings.kb if rag else None, passages=rag and settings.passage_kv)
         self.history: list[dict] = []
 
     def ask(self, question: str, voice: bool = False, keep_history: bool = False) -> Iterator[str]:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from app.accelerator import Accelerator
-from app.answer.passage_kv import PASSAGE_KV_DIR, PassageKV
+from app.answer.passage_kv import PassageKV, kept_rows
 from app.jobs import KnowledgeWriter
 from app.settings import Settings
 from app.uploads import clear_staging
@@ -28,7 +28,7 @@ class AppState:
     llm: LLM | None = None
     embedder: Embedder | None = None
     kb: KnowledgeBase | None = None
-    passage_kv: PassageKV | None = None  # with settings.passage_kv: the passages' kept KV rows
+    passage_kv: PassageKV | None = None  # kept KV rows: the instructions', with settings.passage_kv the passages' too
     started: float = field(default_factory=time.time)
 
     def load(self) -> None:
@@ -45,8 +45,7 @@ class AppState:
             self.embedder = Embedder(s.embedder, s.runtime())
             self.kb = _open_kb(s, self.embedder)
             clear_staging(self.kb.dir)
-            if s.passage_kv:
-                self.passage_kv = PassageKV(self.llm, self.kb.dir / PASSAGE_KV_DIR)
+            self.passage_kv = kept_rows(self.llm, self.kb.dir, passages=s.passage_kv)
             self.status = "ready"
             log.info("ready")
         except Exception as e:  # reported by /health; the server stays up to say why

@@ -120,9 +120,14 @@ class Decoder:
         self.cache.advance(n)
         self.tokens.extend(rows.tokens)
 
+    @property
+    def placeable(self) -> bool:
+        """Kept rows can be read and placed only in a float cache (the CPU target's builds)."""
+        return self.kv_dtype == np.float32
+
     def check_placeable(self) -> None:
-        """Kept rows can be read and placed only in a float cache: RuntimeModelError otherwise."""
-        if self.kv_dtype != np.float32:
+        """RuntimeModelError unless kept rows can be placed."""
+        if not self.placeable:
             raise RuntimeModelError(f"{self.manifest.name} keeps its KV cache as {self.kv_dtype}; passage KV "
                                     "needs a float cache (the CPU target's builds)")
 

@@ -129,6 +129,32 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
 
 
 @pytest.mark.slow
+def test_answers_place_the_instructions_rows_without_passage_kv(smollm_build, minilm_build, sample_kb, tmp_path):
+    """Without passage KV a new conversation still places the instructions' rows (kept in memory,
+    nothing on disk), and answers as it does when they are prefilled."""
+    import shutil
+
+    from app.answer.passages import INSTRUCTIONS, passage_prompt, with_system
+    from app.assistant import Assistant
+    from app.settings import Settings
+
+    kb = shutil.copytree(sample_kb, tmp_path / "kb")
+    assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb))
+    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], [INSTRUCTIONS]), [])
+    question = "What is the roadside assistance phone number?"
+    first = assistant.answer(question)
+    assistant.llm.decoder.reset()
+    again = assistant.answer(question)
+    assert first.timings["placed_tokens"] == again.timings["placed_tokens"] == len(instructions.prefix)
+    assert assistant.passage_kv.computed == 1 and not (kb / "passage_kv").exists()
+    kept, assistant.passage_kv = assistant.passage_kv, None
+    assistant.llm.decoder.reset()
+    prefilled = assistant.answer(question)
+    assert "placed_tokens" not in prefilled.timings
+    assert again.text == first.text == prefilled.text and "800-555-0199" in first.text
+
+
+@pytest.mark.slow
 def test_kb_passage_kv_keeps_every_chunk_once(smollm_build, tiny_builds, docs, tmp_path):
     """`hexrag kb passage-kv` computes one file per chunk and answer style, and nothing the second time."""
     import os

@@ -162,7 +162,7 @@ def test_w8a16_weight_encodings(w8):
     assert not any(n.op_type == "QuantizeLinear" and n.input[0].startswith("past_") for n in g.graph.node)
 
 
-def test_w8a16_runs_on_cpu_with_uint16_cache_and_agrees_with_float(w8, tiny_builds, held_out):
+def test_w8a16_runs_on_cpu_with_uint16_cache_and_agrees_with_float(w8, tiny_builds, held_out, tmp_path):
     f, q = Decoder(tiny_builds["llama"]), Decoder(w8["dir"])
     assert q.kv_dtype == np.uint16 and f.kv_dtype == np.float32
     assert all(k.dtype == np.uint16 for k in q.cache.keys + q.cache.values)
@@ -181,11 +181,15 @@ def test_w8a16_runs_on_cpu_with_uint16_cache_and_agrees_with_float(w8, tiny_buil
     # generation through the LLM engine works unchanged
     llm = LLM(w8["dir"])
     assert llm.generate(llm.encode_chat([{"role": "user", "content": "hello"}]), max_new_tokens=4).run().token_ids
-    # passage KV re-rotates float keys: a quantized cache is refused when it is set up, not mid-answer
-    from app.answer.passage_kv import PassageKV
+    # passage KV re-rotates float keys: a quantized cache is refused when it is set up, not mid-answer,
+    # and answers then prefill their instructions instead of placing kept rows
+    from app.answer.passage_kv import PassageKV, kept_rows
 
     with pytest.raises(RuntimeModelError, match="needs a float cache"):
         PassageKV(llm)
+    with pytest.raises(RuntimeModelError, match="needs a float cache"):
+        kept_rows(llm, tmp_path, passages=True)
+    assert kept_rows(llm, tmp_path, passages=False) is None
 
 
 def test_runtime_refuses_a_graph_with_its_own_kv_encoding(w8, tmp_path):

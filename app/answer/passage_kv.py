@@ -32,11 +32,12 @@ MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 p
 
 
 class PassageKV:
-    """The kept rows of one LLM's passages."""
+    """The kept rows of one LLM's instructions and, with `passages`, of the passages answers show first."""
 
-    def __init__(self, llm: LLM, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES):
+    def __init__(self, llm: LLM, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES,
+                 passages: bool = True):
         llm.decoder.check_placeable()  # refused at start-up, never in the middle of an answer
-        self.llm = llm
+        self.llm, self.passages = llm, passages
         self.dir = Path(directory) if directory is not None else None
         self.memory_bytes = memory_bytes
         self._memory: OrderedDict[str, KVRows] = OrderedDict()
@@ -93,6 +94,17 @@ class PassageKV:
         with os.fdopen(fd, "wb") as out:
             np.savez(out, layers=np.int64(len(rows.keys)), **arrays)
         os.replace(tmp, path)
+
+
+def kept_rows(llm: LLM, kb_dir: Path | None, passages: bool) -> PassageKV | None:
+    """What an answer places instead of prefilling. Always the instructions' rows, kept in memory
+    (about 130 tokens, 7 MB for the 1.5B): a new conversation, or one after an answer in the other
+    style, then prefills only its question and passages. With `passages` (opt-in: ~6 MB on disk a
+    passage) every first passage's rows too, kept under the KB. None for a quantized KV cache, which
+    kept rows cannot go into; asking for passages there is refused."""
+    if not passages and not llm.decoder.placeable:
+        return None
+    return PassageKV(llm, kb_dir / PASSAGE_KV_DIR if passages and kb_dir is not None else None, passages=passages)
 
 
 def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[int, int]:

@@ -254,7 +254,7 @@ class GroundedGeneration:
 
     def __init__(self, llm: LLM, plan: AnswerPlan, sampling: SamplingParams, stop: list[str] | None = None,
                  cancel: threading.Event | None = None, passage_kv: PassageKV | None = None):
-        """`passage_kv`: place the passages' kept KV rows instead of prefilling them."""
+        """`passage_kv`: place the instructions' (and its passages') kept KV rows instead of prefilling them."""
         self.llm, self.plan, self.sampling, self.stop = llm, plan, sampling, stop or []
         self.passage_kv = passage_kv
         self.cancel = cancel or threading.Event()
@@ -405,8 +405,9 @@ class GroundedGeneration:
         # the instructions' rows too: every answer starts with them, and a new conversation (or one
         # after a text answer, whose instructions differ) would otherwise prefill them again
         placed = {0: self.passage_kv.rows([], prefix)}
-        placed |= {offset: self.passage_kv.rows(prefix, ids[offset:offset + n])
-                   for offset, n in self.plan.passage_spans[:1] if offset == len(prefix)}
+        if self.passage_kv.passages:
+            placed |= {offset: self.passage_kv.rows(prefix, ids[offset:offset + n])
+                       for offset, n in self.plan.passage_spans[:1] if offset == len(prefix)}
         self._timings["passage_kv_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return placed
 
