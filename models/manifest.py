@@ -11,7 +11,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SCHEMA_VERSION = 1
+# 2: typed sections (architecture, quantization, target, metrics). A schema-1 manifest has the same
+# JSON layout, so one that passes schema 2's checks loads as it is; one that does not is named as an
+# earlier build to rebuild
+SCHEMA_VERSION = 2
+READS = (1, 2)
 MANIFEST = "manifest.json"
 
 
@@ -160,6 +164,28 @@ class QuantizationSpec(BaseModel):
         return self.format == "MatMulNBits"
 
 
+class QualityMetrics(BaseModel):
+    """A quantized build measured against its float build on held-out text (build_scripts/quantize/report.py)."""
+
+    model_config = ConfigDict(extra="allow")  # held_out_sources and other notes of the run
+
+    # LLMs: teacher-forced logits and greedy tokens
+    sequences: int | None = None
+    scored_tokens: int | None = None
+    logits_cosine: float | None = None
+    greedy_agreement: float | None = None
+    perplexity_change: float | None = None
+    # embedders
+    texts: int | None = None
+    embedding_cosine: float | None = None
+
+
+class ManifestMetrics(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    quantization: QualityMetrics | None = None
+
+
 _KV_NAMES = ("past_key_", "past_value_", "new_key_", "new_value_", "present_")
 
 
@@ -180,7 +206,7 @@ class Manifest(BaseModel):
     target: TargetSpec = Field(default_factory=TargetSpec)
     versions: dict[str, str] = Field(default_factory=dict)
     files: dict[str, str] = Field(default_factory=dict)  # every file in the directory -> sha256
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: ManifestMetrics = Field(default_factory=ManifestMetrics)
 
     @model_validator(mode="after")
     def _kv_encodings(self) -> Manifest:
@@ -211,7 +237,7 @@ class Manifest(BaseModel):
 
     def save(self, directory: Path) -> None:
         """Checked like a loaded manifest, then written whole: a builder never leaves one the runtime refuses."""
-        checked = Manifest.model_validate(self.model_dump())
+        checked = Manifest.model_validate({**self.model_dump(), "schema_version": SCHEMA_VERSION})
         tmp = directory / (MANIFEST + ".tmp")
         tmp.write_text(checked.model_dump_json(indent=2) + "\n")
         os.replace(tmp, directory / MANIFEST)
@@ -261,18 +287,23 @@ def load_manifest(directory: str | Path, verify: bool = True) -> Manifest:
         raise ManifestError(f"{directory} is not a hexrag model directory (no {MANIFEST}); build it with "
                              "`hexrag build` (`hexrag quickstart` builds the default models)")
     try:
-        manifest = Manifest.model_validate(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ManifestError(f"{path} is not a valid manifest ({e})") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version not in READS:
+        raise ManifestError(f"{directory} was built with manifest schema {version}, this hexrag reads "
+                            f"{', '.join(map(str, READS))}: rebuild it with `hexrag build`")
+    try:
+        manifest = Manifest.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ManifestError(f"{path} is not a valid manifest ({where + ': ' if where else ''}"
-                            f"{first['msg'].removeprefix('Value error, ')}); rebuild the model") from None
-    if manifest.schema_version != SCHEMA_VERSION:
-        raise ManifestError(
-            f"{directory} was built with manifest schema {manifest.schema_version}, this hexrag reads "
-            f"{SCHEMA_VERSION}: rebuild it with `hexrag build`")
+        why = f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}"
+        if version < SCHEMA_VERSION:
+            raise ManifestError(f"{directory} was built by an earlier hexrag (manifest schema {version}) and fails "
+                                f"this version's checks ({why}): rebuild it with `hexrag build`") from None
+        raise ManifestError(f"{path} is not a valid manifest ({why}); rebuild the model") from None
     if verify:
         verify_files(directory, manifest)
     return manifest

@@ -38,6 +38,22 @@ def test_other_schema_version_is_refused(model_copy):
         load_manifest(model_copy)
 
 
+def test_schema_1_loads_as_it_is_or_is_named_to_rebuild(model_copy):
+    """Schema 1 had the JSON layout of 2 without its checks: a valid one loads (and is written back
+    as 2); one that fails a check is named an earlier build to rebuild."""
+    data = json.loads((model_copy / "manifest.json").read_text())
+    assert data["schema_version"] == 2
+    (model_copy / "manifest.json").write_text(json.dumps({**data, "schema_version": 1}))
+    m = load_manifest(model_copy)
+    assert m.schema_version == 1 and m.architecture.n_layers == data["architecture"]["n_layers"]
+    m.save(model_copy)
+    assert json.loads((model_copy / "manifest.json").read_text())["schema_version"] == 2
+    del data["architecture"]["rope_theta"]
+    (model_copy / "manifest.json").write_text(json.dumps({**data, "schema_version": 1}))
+    with pytest.raises(ManifestError, match=r"earlier hexrag \(manifest schema 1\).*rope_theta.*rebuild it"):
+        load_manifest(model_copy)
+
+
 def test_garbage_manifest_is_refused(model_copy):
     (model_copy / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match="not a valid manifest"):

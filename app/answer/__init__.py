@@ -6,5 +6,6 @@
     extractive.py                the passage's own sentences, quoted when the model's answer fails
     sentences.py                 streamed text cut into the sentences that are checked and released
     pipeline.py                  plan_answer (before the model) and GroundedGeneration (on the accelerator)
-    passage_kv.py                the first passage's KV rows kept and placed instead of prefilled (opt-in)
+    passage_kv.py                kept KV rows placed instead of prefilled: the instructions' always, the first
+                                 passage's with passage KV (opt-in)
 """

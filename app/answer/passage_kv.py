@@ -1,6 +1,7 @@
-"""Passage KV: the KV rows of a passage computed once, kept, and placed into every later prompt that
-shows the same passage, so prefill covers only the question (runtime Decoder.place re-rotates the
-keys to where the passage lands).
+"""Kept KV rows: the rows of the answer instructions (always, in memory) and, with passage KV, of a
+passage (kept on disk), computed once and placed into every later prompt that starts with the same
+instructions or shows the same passage first, so prefill covers only the question (runtime
+Decoder.place re-rotates keys to where the rows land).
 
 A passage's rows are computed right after the instructions' system turn and the user turn's
 opening, so they are exactly what prefill makes for the first passage of a one-turn question; the

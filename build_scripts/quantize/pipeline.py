@@ -38,7 +38,8 @@ from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
 from build_scripts.staging import staged_directory
-from models.manifest import GraphSpec, Manifest, QuantizationSpec, TargetSpec, TensorSpec, hash_directory, load_manifest, package_versions
+from models.manifest import (GraphSpec, Manifest, QualityMetrics, QuantizationSpec, TargetSpec, TensorSpec,
+                             hash_directory, load_manifest, package_versions)
 from runtime.decoder import START_GRAPH
 
 log = logging.getLogger(__name__)
@@ -350,7 +351,7 @@ def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: di
 
 def _record_metrics(tmp: Path, new: Manifest, metrics: dict, tables: dict, ranges: dict, extra: dict) -> list[str]:
     new.quantization.metrics = metrics
-    new.metrics = {**new.metrics, "quantization": metrics}
+    new.metrics = new.metrics.model_copy(update={"quantization": QualityMetrics.model_validate(metrics)})
     written = write_report(tmp / REPORT, f"{new.name}: {new.quantization.recipe} quantization", metrics,
                            tables, ranges, extra)
     new.quantization.report = [p.name for p in written]
