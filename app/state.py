@@ -46,6 +46,8 @@ class AppState:
             self.kb = _open_kb(s, self.embedder)
             clear_staging(self.kb.dir)
             self.passage_kv = kept_rows(self.llm, self.kb.dir, passages=s.passage_kv)
+            if self.passage_kv is not None:
+                self.passage_kv.warm()
             self.status = "ready"
             log.info("ready")
         except Exception as e:  # reported by /health; the server stays up to say why

@@ -32,6 +32,11 @@ PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
 MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
 
 
+def _one_question(voice: bool) -> list[dict]:
+    """A one-question conversation with the answer instructions of text or of voice answers."""
+    return with_system([{"role": "user", "content": "?"}], [INSTRUCTIONS, VOICE_INSTRUCTIONS] if voice else [INSTRUCTIONS])
+
+
 class PassageKV:
     """The kept rows of one LLM's instructions and, with `passages`, of the passages answers show first."""
 
@@ -65,6 +70,12 @@ class PassageKV:
             while sum(r.nbytes for r in self._memory.values()) > self.memory_bytes and len(self._memory) > 1:
                 self._memory.popitem(last=False)
         return rows
+
+    def warm(self) -> None:
+        """Compute (or load) the instructions' rows of both answer styles now, at start-up, so the
+        first question does not pay for them."""
+        for voice in (False, True):
+            self.rows([], passage_prompt(self.llm, _one_question(voice), []).prefix)
 
     def _path(self, key: str) -> Path | None:
         return self.dir / key[:2] / f"{key}.npz" if self.dir is not None else None
@@ -115,8 +126,7 @@ def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[i
     computed and the passages already kept."""
     from tqdm import tqdm
 
-    instructions = [INSTRUCTIONS, VOICE_INSTRUCTIONS] if voice else [INSTRUCTIONS]
-    messages = with_system([{"role": "user", "content": "?"}], instructions)
+    messages = _one_question(voice)
     llm = store.llm
     store.rows([], passage_prompt(llm, messages, []).prefix)
     before = store.computed, store.loaded
