@@ -75,7 +75,9 @@ class PassageKV:
         """Compute (or load) the instructions' rows of both answer styles now, at start-up, so the
         first question does not pay for them."""
         for voice in (False, True):
-            self.rows([], passage_prompt(self.llm, _one_question(voice), []).prefix)
+            prefix = passage_prompt(self.llm, _one_question(voice), []).prefix
+            if len(prefix) < self.llm.context:  # a model too small for grounded answers has none to keep
+                self.rows([], prefix)
 
     def _path(self, key: str) -> Path | None:
         return self.dir / key[:2] / f"{key}.npz" if self.dir is not None else None
