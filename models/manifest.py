@@ -140,6 +140,18 @@ class KVEncoding(BaseModel):
     zero_point: int
 
 
+class IOEncoding(BaseModel):
+    """A graph input or output as the quantized graph sees it: a fixed-point encoding, or a float
+    tensor the graph quantizes inside (rotary tables, the attention mask)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    dtype: str | None = None
+    scale: float | None = None
+    zero_point: int | None = None
+    quantized_inside: IOEncoding | None = None
+
+
 class KVCacheSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -157,7 +169,7 @@ class QuantizationSpec(BaseModel):
     recipe: str = "none"  # none | int4 | int8 (CPU blocks) | a PTQ recipe (w8a16 ...) | external (QAIRT binaries)
     format: str | None = None  # MatMulNBits: the CPU target's graphs
     kv_cache: KVCacheSpec | None = None
-    io: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)  # graph -> I/O tensor -> encoding
+    io: dict[str, dict[str, IOEncoding]] = Field(default_factory=dict)  # graph -> I/O tensor -> encoding
 
     @property
     def cpu_blocks(self) -> bool:
@@ -225,7 +237,7 @@ class Manifest(BaseModel):
             for name, p in params.items():
                 want = kv.tensors.get(name.split("_", 1)[1]) if name.startswith(("past_", "new_")) else None
                 if name.startswith(("past_", "new_")) and (
-                        want is None or (p.get("scale"), p.get("zero_point")) != (want.scale, want.zero_point)):
+                        want is None or (p.scale, p.zero_point) != (want.scale, want.zero_point)):
                     raise ValueError(f"graph {graph} encodes {name} differently from the shared KV cache encoding")
         return self
 
@@ -239,7 +251,7 @@ class Manifest(BaseModel):
         """Checked like a loaded manifest, then written whole: a builder never leaves one the runtime refuses."""
         checked = Manifest.model_validate({**self.model_dump(), "schema_version": SCHEMA_VERSION})
         tmp = directory / (MANIFEST + ".tmp")
-        tmp.write_text(checked.model_dump_json(indent=2) + "\n")
+        tmp.write_text(checked.model_dump_json(indent=2, exclude_none=True) + "\n")  # unset is absent, as built
         os.replace(tmp, directory / MANIFEST)
 
 
