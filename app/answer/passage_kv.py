@@ -6,10 +6,9 @@ Decoder.place re-rotates keys to where the rows land).
 A passage's rows are computed right after the instructions' system turn and the user turn's
 opening, so they are exactly what prefill makes for the first passage of a one-turn question; the
 answer layer places only that one (GroundedGeneration._placed says why), after the instructions'
-own rows, kept the same way. Kept in memory and, with
-a directory, on disk as float32 .npz files (57 KB a token for the 1.5B, ~6 MB a passage) named by a
-hash of the model, the preceding tokens and the passage's tokens: another model or other
-instructions simply miss.
+own rows. Rows are kept in memory and, with a directory, on disk as float32 .npz files (57 KB a
+token for the 1.5B, ~6 MB a passage) named by a hash of the model, the preceding tokens and the
+tokens themselves: another model or other instructions simply miss.
 """
 
 from __future__ import annotations
