@@ -96,9 +96,9 @@ def _runtime(backend: str, threads: int | None):
     from app.device import resolve_backend
     from app.settings import RuntimeSettings
 
-    settings = RuntimeSettings(**({"threads": threads} if threads else {}))
+    options = RuntimeSettings(**({"threads": threads} if threads else {})).runtime(backend)
     target = resolve_backend(backend, []).target if backend == "htp" else None
-    return settings.runtime(backend).model_copy(update={"target": target or settings.qnn_target})
+    return options.model_copy(update={"target": target}) if target else options
 
 
 @main.command()

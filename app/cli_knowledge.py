@@ -45,9 +45,8 @@ def _open(kb_dir: Path | None, embedder_dir: Path | None = None, backend: str = 
         if not (path / "manifest.json").is_file():
             raise KnowledgeError(f"no embedder at {path}: run `hexrag quickstart` (or `hexrag build embedder`) "
                                  "or pass --embedder DIR")
-        from runtime.embedder import Embedder
-
         from app.settings import RuntimeSettings
+        from runtime.embedder import Embedder
 
         model = Embedder(path, RuntimeSettings().runtime(backend))
     return KnowledgeBase.open(kb_dir, model, **options)
@@ -167,10 +166,9 @@ def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
     the first question about any entry then waits only for its own tokens. Rows are kept per LLM
     build under the KB directory; a KB changed later computes the new passages on first use."""
     from app.answer.passage_kv import PASSAGE_KV_DIR, PassageKV, prepare
+    from app.settings import RuntimeSettings
     from models.home import llm_dir as default_llm_dir
     from runtime.llm import LLM
-
-    from app.settings import RuntimeSettings
 
     llm = LLM(llm_dir or default_llm_dir(), RuntimeSettings().runtime("cpu"))
     with _open(kb_dir, embedder=False) as base:

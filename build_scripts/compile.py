@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 from build_scripts.compile_log import MARKER, CompileReport, failure_message, fill_report, parse_log
 from build_scripts.errors import BuildError
-from models.manifest import TargetBuild, TargetSpec
+from models.manifest import QuantizationSpec, TargetBuild, TargetSpec
 from runtime import qnn
 from runtime.errors import RuntimeModelError
 from runtime.qnn_targets import Target, resolve_target
@@ -182,7 +182,7 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
     versions = qnn.versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
     sources = {g.name: [model_dir / g.file] for g in manifest.graphs}
-    if _lpbq(manifest.quantization.model_dump(), shared):
+    if _lpbq(manifest.quantization, shared):
         kwargs["provider_options"] = {"enable_block_quant_weight_optimization": "1", **(kwargs.get("provider_options") or {})}
     builds = []
     try:
@@ -232,14 +232,14 @@ def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Targe
                       weights_bytes=(model_dir / manifest.weights_file).stat().st_size, versions=versions, builds=merged)
 
 
-def _lpbq(quantization: dict | None, shared: bool) -> bool:
+def _lpbq(quantization: QuantizationSpec, shared: bool) -> bool:
     """Whether to lower block-wise weights to LPBQ (int4 scales are LPBQ-exact: gptq.block_scales);
     without it QNN keeps float block scales, 2.3x slower in simulation (qnn-notes.md). Not for a
     GGUF's own int4 blocks (source_grid): LPBQ would re-round their scales and the weights with
     them. Not for int4 in the simulator's builds: it segfaults on int4 LPBQ MatMuls with an input
     dimension of 448-576 or 896 (SmolLM2's 576; docs/benchmarks.md), and float scales hold the
     LPBQ-exact ones as they are."""
-    weights = (quantization or {}).get("weights") or {}
+    weights = (quantization.model_extra or {}).get("weights") or {}  # the PTQ record, kept as written
     blocked = weights.get("blocked") or {}
     int4 = [t for w, t in weights.get("tensors", {}).items() if w in blocked and t.get("type") == "int4"]
     return bool(blocked) and not any(t.get("rounding") == "source" for t in int4) and (shared or not int4)

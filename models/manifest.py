@@ -229,15 +229,16 @@ class Manifest(BaseModel):
             raise ValueError(f"the graphs disagree on the KV cache type ({', '.join(sorted(dtypes))})")
         if not dtypes or dtypes == {"float32"}:
             return self
-        kv, n_layers = self.quantization.kv_cache, getattr(self.architecture, "n_layers", 0)
-        if kv is None or kv.dtype not in dtypes or len(kv.tensors) != 2 * n_layers:
+        kv = self.quantization.kv_cache
+        if kv is None or kv.dtype not in dtypes or len(kv.tensors) != 2 * self.architecture.n_layers:
             raise ValueError(f"the graphs take a {dtypes.pop()} KV cache but quantization.kv_cache has no "
                              "matching encodings")
         for graph, params in self.quantization.io.items():
             for name, p in params.items():
-                want = kv.tensors.get(name.split("_", 1)[1]) if name.startswith(("past_", "new_")) else None
-                if name.startswith(("past_", "new_")) and (
-                        want is None or (p.scale, p.zero_point) != (want.scale, want.zero_point)):
+                if not name.startswith(("past_", "new_")):
+                    continue
+                want = kv.tensors.get(name.split("_", 1)[1])
+                if want is None or (p.scale, p.zero_point) != (want.scale, want.zero_point):
                     raise ValueError(f"graph {graph} encodes {name} differently from the shared KV cache encoding")
         return self
 

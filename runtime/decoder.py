@@ -245,7 +245,7 @@ def _kv_layout(m, n_layers: int) -> tuple[np.dtype, list[tuple[int, int]] | None
     kv = m.quantization.kv_cache
     dtype = next((t.dtype for g in m.graphs for t in g.inputs if t.name.startswith(("past_key_", "past_value_"))),
                  "float32")
-    if dtype == "float32" or kv is None:
+    if dtype == "float32":
         return np.dtype(np.float32), None
     fill = [(kv.tensors[f"key_{i}"].zero_point, kv.tensors[f"value_{i}"].zero_point) for i in range(n_layers)]
     return np.dtype(dtype), fill

@@ -70,10 +70,10 @@ class PassageKV:
                 self._memory.popitem(last=False)
         return rows
 
-    def warm(self) -> None:
-        """Compute (or load) the instructions' rows of both answer styles now, at start-up, so the
-        first question does not pay for them."""
-        for voice in (False, True):
+    def warm(self, styles: tuple[bool, ...] = (False, True)) -> None:
+        """Compute (or load) the instructions' rows of text (False) and voice (True) answers now, at
+        start-up, so the first question does not pay for them."""
+        for voice in styles:
             prefix = passage_prompt(self.llm, _one_question(voice), []).prefix
             if len(prefix) < self.llm.context:  # a model too small for grounded answers has none to keep
                 self.rows([], prefix)
@@ -129,7 +129,7 @@ def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[i
 
     messages = _one_question(voice)
     llm = store.llm
-    store.rows([], passage_prompt(llm, messages, []).prefix)
+    store.warm((voice,))
     before = store.computed, store.loaded
     for hit in tqdm(kb.all_hits(), unit="passage", disable=not progress, desc="passage KV", leave=False):
         built = passage_prompt(llm, messages, [Passage.of(1, hit)])

@@ -393,9 +393,10 @@ class GroundedGeneration:
     def _placed(self) -> dict:
         """The instructions' and the first passage's kept rows by prompt offset (computed and kept on
         first use), when the prompt starts with the instructions they were computed after: then they
-        are the rows a prefill would make. Later passages are prefilled: rows kept alone never attended to the passages
-        before them, and placing those gave the 1.5B an answer with an unsupported fact on
-        answer_questions.jsonl (docs/benchmarks.md, "Time to the first spoken sentence")."""
+        are the rows a prefill would make. Later passages are prefilled: rows kept alone never
+        attended to the passages before them, and placing those gave the 1.5B an answer with an
+        unsupported fact on answer_questions.jsonl (docs/benchmarks.md, "Time to the first spoken
+        sentence")."""
         if self.passage_kv is None:
             return {}
         started = time.perf_counter()
