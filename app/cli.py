@@ -143,7 +143,8 @@ def generate(model_dir, prompt, chat, system, max_tokens, temperature, top_p, to
             "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
             "cached_tokens": r.cached_tokens,
             "timings": {"ttft_s": round(r.ttft_s, 4), "prefill_tok_s": round(r.prefill_tok_s, 1),
-                        "decode_tok_s": round(r.decode_tok_s, 1)},
+                        "decode_tok_s": round(r.decode_tok_s, 1), "drafted_tokens": r.drafted_tokens,
+                        "accepted_tokens": r.accepted_tokens},
         }, ensure_ascii=False))
     else:
         click.echo()

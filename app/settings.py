@@ -35,14 +35,16 @@ class RuntimeSettings(BaseSettings):
     qnn_performance_mode: str = "burst"
     qnn_log_level: str = "error"  # verbose | info | warning | error | fatal
     threads: int | None = None
+    draft_tokens: int = 6  # prompt-lookup decoding: tokens drafted per step for greedy answers (0: off)
     # profiling: an ONNX Runtime profile per CPU session, QNN's detailed profile per HTP session
     profile: Path | None = None
     qnn_profile: Path | None = None
 
     def runtime(self, backend: str) -> RuntimeOptions:
-        return RuntimeOptions(backend=backend, threads=self.threads, target=self.qnn_target,
-                              soc_model=self.qnn_soc_model, performance_mode=self.qnn_performance_mode,
-                              log_level=self.qnn_log_level, profile_dir=self.profile, qnn_profile_dir=self.qnn_profile)
+        return RuntimeOptions(backend=backend, threads=self.threads, draft_tokens=self.draft_tokens,
+                              target=self.qnn_target, soc_model=self.qnn_soc_model,
+                              performance_mode=self.qnn_performance_mode, log_level=self.qnn_log_level,
+                              profile_dir=self.profile, qnn_profile_dir=self.qnn_profile)
 
 
 class Settings(RuntimeSettings):

@@ -8,14 +8,16 @@ Decoder graphs take S new tokens and C cache slots, in one of two KV contracts:
   Chunks are left-padded, so the last position is the last real token.
 - "inplace" (the CPU target): ONNX Runtime's GroupQueryAttention writes the S new rows into the
   cache buffers at the filled length and attends over the filled length only.
-  input_ids [1,S] int32 · last_index [1] int64 (the chunk's last real token: S−1 unless padded) ·
-  seqlens_k [1] int32 (= filled + S - 1) · total_sequence_length [] int32 (= filled + S) ·
-  past_key_i/past_value_i [1,KV,C,d] → logits [1,1,V] · present_key_i/present_value_i [1,KV,C,d],
+  input_ids [1,S] int32 · last_index [R] int64 (the positions to score: the chunk's last token, or
+  every drafted token of a prompt-lookup step) · seqlens_k [1] int32 (= filled + S - 1) ·
+  total_sequence_length [] int32 (= filled + S) · past_key_i/past_value_i [1,KV,C,d] → logits [1,R,V] ·
+  present_key_i/present_value_i [1,KV,C,d],
   bound to the very buffers given as past (ORT shares them when the addresses match). Padding
   rows (a right-padded chunk) would land past the filled length and be overwritten by the next
   step. Nothing in these graphs depends on S, so one file with a symbolic S serves every step
   size (one session, one copy of the prepacked weights) and the runtime runs each chunk at its
-  exact length; the manifest still lists each bucket as a graph of its own.
+  exact length; the manifest still lists each bucket as a graph of its own, with R = 1. (Builds
+  before 2026-12-03 declare R = 1 in the file too: they decode without drafts.)
 Embedder graphs: input_ids, attention_mask [B,L] int32 → embeddings [B,H] (mean pooled, L2 normalised).
 """
 

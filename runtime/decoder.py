@@ -1,7 +1,8 @@
 """Run a model directory's prefill/decode graphs over a static KV cache.
 
 `Decoder.feed(ids)` appends tokens to the cache through the graphs and returns the logits of
-the last one. Prompts go through the largest prefill bucket in chunks; the rest goes through
+the last one; `Decoder.score(ids)` appends them in one step and returns every one's logits (the
+check of drafted tokens in prompt-lookup decoding, runtime/lookup.py). Prompts go through the largest prefill bucket in chunks; the rest goes through
 the smallest bucket that holds it (the decode graph for a single token), left-padded: the NPU
 graphs' "rows" KV contract, where the host masks the padding and stores the new rows. The CPU
 target ("inplace": the graph writes its rows into the cache) takes any S, so its chunks run at
@@ -72,8 +73,12 @@ class Decoder:
             self._cos, self._sin = rotary_tables(np.arange(self.context), *self._rope)
         self.tokens: list[int] = []  # what the cache holds, in order
         # every graph's inputs and outputs, allocated once; the KV I/O is the cache itself
-        self.io = {g.seq: _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
-        self._bindings: dict[tuple, tuple] = {}  # (id(session), seq) -> (session, its binding)
+        self.io = {(g.seq, 1): _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
+        self._bindings: dict[tuple, tuple] = {}  # (id(session), seq, rows) -> (session, its binding)
+        # graphs built since 2026-12-03 take a vector of positions to score (`last_index` [R]);
+        # earlier ones score one, and decode without drafts
+        self.scores_every_position = self.inplace and all(
+            isinstance(s.input_shapes.get("last_index", [1])[0], str) for s in opened.values())
 
     @property
     def vocab(self) -> int:
@@ -148,6 +153,18 @@ class Decoder:
             logits = self._run(chunk, seq)
         return logits
 
+    def score(self, ids: list[int]) -> np.ndarray:
+        """Append tokens in one step; returns float32 logits [len(ids), vocab], one row per token:
+        what feeding them one at a time would give, up to float rounding."""
+        if not self.scores_every_position:
+            raise RuntimeModelError(f"{self.manifest.name}'s graphs score only their last position: "
+                                    "rebuild it with `hexrag build llm` to score every one")
+        if not 0 < len(ids) <= self.buckets[0]:
+            raise ValueError(f"score() takes 1 to {self.buckets[0]} tokens, got {len(ids)}")
+        if len(self.tokens) + len(ids) > self.context:
+            raise ContextOverflowError(len(ids), self.context, cached=len(self.tokens))
+        return self._run(list(ids), len(ids), rows=len(ids))
+
     def _bucket(self, remaining: int) -> int:
         """Full chunks of the largest bucket, then one run of the smallest bucket holding the rest.
 
@@ -162,23 +179,27 @@ class Decoder:
             return self.buckets[0]
         return min(b for b in self.buckets if b >= remaining)
 
-    def _run(self, chunk: list[int], seq: int, session=None) -> np.ndarray:
+    def _run(self, chunk: list[int], seq: int, session=None, rows: int = 1) -> np.ndarray:
+        """One graph run; the logits of the last `rows` positions ([vocab] for one, else [rows, vocab])."""
         n = len(chunk)
-        if seq not in self.io:  # an exact-length chunk of the in-place graph: its buffers, made once
+        if (seq, rows) not in self.io:  # an exact-length chunk of the in-place graph: its buffers, made once
             g = self.manifest.graph("prefill", self.buckets[0])
-            self.io[seq] = _StepBuffers(g.model_copy(update={"seq": seq, "inputs": [
-                t.model_copy(update={"shape": [1, seq]}) if t.name == "input_ids" else t for t in g.inputs]}),
-                self.cache)
-        io = self.io[seq]
+            shapes = {"input_ids": [1, seq], "last_index": [rows], "logits": [1, rows, self.vocab]}
+            exact = lambda specs: [t.model_copy(update={"shape": shapes[t.name]}) if t.name in shapes else t
+                                   for t in specs]
+            self.io[seq, rows] = _StepBuffers(g.model_copy(update={
+                "seq": seq, "inputs": exact(g.inputs), "outputs": exact(g.outputs)}), self.cache)
+        io = self.io[seq, rows]
         (self._inplace_inputs if self.inplace else self._rows_inputs)(io.inputs, chunk, seq)
         session = session or self.sessions.get(seq) or self.sessions[self.buckets[0]]
-        out = self._execute(session, seq, io.inputs, io.outputs)
+        out = self._execute(session, (seq, rows), io.inputs, io.outputs)
         if not self.inplace:
             for i in range(self.n_layers):
                 self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
         self.cache.advance(n)
         self.tokens.extend(chunk)
-        return out["logits"][0, 0].copy()  # the buffer is overwritten by the next step
+        logits = out["logits"][0]
+        return (logits[0] if rows == 1 else logits).copy()  # the buffer is overwritten by the next step
 
     def _rows_inputs(self, inputs: dict, chunk: list[int], seq: int) -> None:
         """Left-padded ids, their rotary rows and the additive mask (padding and future masked)."""
@@ -202,9 +223,10 @@ class Decoder:
         inputs["input_ids"][0] = chunk  # exactly seq tokens: see _bucket
         inputs["seqlens_k"][0] = pos + seq - 1
         inputs["total_sequence_length"][...] = pos + seq
-        inputs["last_index"][0] = seq - 1
+        rows = inputs["last_index"]
+        rows[:] = np.arange(seq - len(rows), seq)  # the last len(rows) positions
 
-    def _execute(self, session, seq: int, inputs: dict, outputs: dict) -> dict[str, np.ndarray]:
+    def _execute(self, session, shape: tuple[int, int], inputs: dict, outputs: dict) -> dict[str, np.ndarray]:
         """Run through the session's I/O binding (made on first use, then reused: a step creates no
         tensors); a stand-in without `bind` (calibration, tests) gets plain feeds, its results
         copied into the same output buffers (for in-place graphs: the cache)."""
@@ -212,7 +234,7 @@ class Decoder:
             for name, value in session.run(inputs).items():
                 outputs[name][...] = value
             return outputs
-        key = (id(session), seq)  # one session may run several step sizes, each bound to its own buffers
+        key = (id(session), *shape)  # one session runs several step sizes, each bound to its own buffers
         entry = self._bindings.get(key)
         if entry is None or entry[0] is not session:
             entry = self._bindings[key] = (session, session.bind(inputs, outputs))

@@ -3,6 +3,9 @@
     prompt ids ─► reuse cached prefix ─► Decoder.feed(suffix) ─► sample ─┬─► detokenize ─► stop filter ─► deltas
                                              ▲                            │
                                              └──── Decoder.feed([token]) ◄┘  until stop / length / cancel
+                                                or Decoder.score([token, *draft]): greedy answers, when
+                                                   the context ends with an n-gram seen before in it
+                                                   (prompt lookup, runtime/lookup.py)
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from runtime.chat_template import ChatTemplate
 from runtime.decoder import Decoder
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.kv_cache import KVRows
+from runtime.lookup import PromptLookup
 from runtime.options import RuntimeOptions
 from runtime.sampling import SamplingParams, sample_next
 from runtime.textstream import IncrementalDetokenizer, StopStringFilter
@@ -44,6 +48,8 @@ class GenerationResult:
     decode_s: float
     timings: dict = field(default_factory=dict)
     placed_tokens: int = 0  # prompt tokens whose kept KV rows were placed rather than prefilled
+    drafted_tokens: int = 0  # tokens prompt lookup guessed (runtime/lookup.py) ...
+    accepted_tokens: int = 0  # ... and those greedy decoding picked, each saving a graph step
 
     @property
     def completion_tokens(self) -> int:
@@ -88,6 +94,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 class LLM:
     def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), prepack: bool | None = None):
         self.decoder = Decoder(model_dir, options, prepack=prepack)
+        self.draft_tokens = options.draft_tokens
         m = self.decoder.manifest
         self.name = m.name
         # identity of what the graphs compute: this build's weights (KV rows kept from it are its own)
@@ -187,6 +194,11 @@ class LLM:
             detok = IncrementalDetokenizer(self.tokenizer)
             stop_filter = StopStringFilter(stops)
             history = list(prompt)
+            # drafts are checked against greedy picks: sampled answers decode a token per step
+            lookup = (PromptLookup(prompt, self.draft_tokens)
+                      if self.draft_tokens and sampling.greedy and dec.scores_every_position else None)
+            picked: list[int] = []  # tokens a checking step has already chosen, in order
+            drafted = accepted = 0
             out_ids: list[int] = []
             text: list[str] = []
             finish, ttft = "length", None
@@ -195,7 +207,7 @@ class LLM:
                 if cancel.is_set():
                     finish = "cancelled"
                     break
-                token = sample_next(logits, sampling, rng, history)
+                token = picked.pop(0) if picked else sample_next(logits, sampling, rng, history)
                 if ttft is None:
                     ttft = time.perf_counter() - start
                     decode_start = time.perf_counter()
@@ -204,15 +216,27 @@ class LLM:
                     break
                 out_ids.append(token)
                 history.append(token)
+                if lookup:
+                    lookup.extend([token])
                 delta = stop_filter.push(detok.push(token))
                 text.append(delta)
                 yield Delta(token, delta)
                 if stop_filter.stopped:
                     finish = "stop"
                     break
-                if len(out_ids) >= max_new or len(dec.tokens) >= self.context:
+                if len(out_ids) >= max_new or len(history) > self.context:  # the cache holds all but `token`
                     break
-                logits = dec.feed([token])
+                if picked:  # chosen already, and (but the last) already in the cache
+                    continue
+                # the cache lacks only `token`: feed it, with a draft of its followers when there is one
+                room = min(max_new - len(out_ids), self.context - len(dec.tokens) - 1, dec.buckets[0] - 1)
+                draft = lookup.draft(room) if lookup else []
+                if not draft:
+                    logits = dec.feed([token])
+                    continue
+                picked = self._check(token, draft, sampling, rng, history)
+                drafted += len(draft)
+                accepted += len(picked) - 1
             if finish != "stop":
                 tail = stop_filter.push(detok.flush()) + stop_filter.flush()
                 if tail:
@@ -222,4 +246,20 @@ class LLM:
                 token_ids=out_ids, text="".join(text), finish_reason=finish, prompt_tokens=len(prompt),
                 cached_tokens=cached, ttft_s=ttft or (time.perf_counter() - start), prefill_s=prefill_s,
                 decode_s=time.perf_counter() - decode_start, placed_tokens=placed_count,
+                drafted_tokens=drafted, accepted_tokens=accepted,
             )
+
+    def _check(self, token: int, draft: list[int], sampling: SamplingParams, rng, history: list[int]) -> list[int]:
+        """Score `token` and its draft in one step; returns what greedy decoding picks after
+        `token`: the drafted tokens up to the first it would not have picked, then its own pick
+        there (or after the whole draft). The cache keeps `token` and the accepted drafts."""
+        dec = self.decoder
+        start = len(dec.tokens)
+        scores = dec.score([token, *draft])
+        picks: list[int] = []
+        for row, guess in zip(scores, [*draft, None]):
+            picks.append(sample_next(row, sampling, rng, history + picks))
+            if picks[-1] != guess:
+                break
+        dec.rewind(start + len(picks))  # the rows of rejected drafts are overwritten later
+        return picks

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runtime.errors import RuntimeModelError
 
@@ -26,6 +26,9 @@ class RuntimeOptions(BaseModel):
 
     backend: Literal["cpu", "htp"] = "cpu"
     threads: int | None = None  # host threads per session; None: every core this process may run on
+    # prompt-lookup decoding (runtime/lookup.py): greedy answers check up to this many tokens drafted
+    # from their context per step (0: one token per step). The picks are greedy decoding's own
+    draft_tokens: int = Field(default=6, ge=0, le=31)
     # HTP
     target: str | None = None  # the build to load when a model holds several (sm8650 ...)
     soc_model: int | None = None  # a plain float graph is compiled at load for this SoC (57 = SM8650)

@@ -87,6 +87,7 @@ class GraphSession:
             self._session = ort.InferenceSession(str(self.path), so, providers=["CPUExecutionProvider"])
         self.output_names = [o.name for o in self._session.get_outputs()]
         self.input_names = [i.name for i in self._session.get_inputs()]
+        self.input_shapes = {i.name: list(i.shape) for i in self._session.get_inputs()}  # symbolic dims as str
 
     def _htp_session(self, opts: RuntimeOptions, htp_arch, fp16, share, extra_options, extra_config,
                      spinning) -> ort.InferenceSession:

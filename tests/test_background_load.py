@@ -55,7 +55,8 @@ def _wait_for(check, timeout_s: float = 30.0) -> bool:
 def test_hogs_spin_while_the_block_runs_and_are_reaped_after():
     with CpuHog(2) as hog:
         pids = hog.pids
-        assert len(pids) == 2 and sorted(_hogs(os.getpid())) == sorted(pids)
+        # a child just started may not have its command line yet: wait for both
+        assert len(pids) == 2 and _wait_for(lambda: sorted(_hogs(os.getpid())) == sorted(pids))
         assert _wait_for(lambda: all(_cpu_ticks(p) > 0 for p in pids))  # they burn CPU
     for pid in pids:
         with pytest.raises(ProcessLookupError):  # killed and reaped: not even a zombie

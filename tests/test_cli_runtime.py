@@ -23,7 +23,7 @@ def test_generate_json_matches_the_library(tiny_builds):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out) >= {"token_ids", "text", "finish_reason", "prompt_tokens", "completion_tokens", "timings"}
-    assert set(out["timings"]) == {"ttft_s", "prefill_tok_s", "decode_tok_s"}
+    assert set(out["timings"]) == {"ttft_s", "prefill_tok_s", "decode_tok_s", "drafted_tokens", "accepted_tokens"}
     llm = LLM(model)
     expected = llm.generate(llm.encode("the car"), max_new_tokens=7).run()
     assert out["token_ids"] == expected.token_ids and out["text"] == expected.text

@@ -135,7 +135,7 @@ def test_inplace_cache_to_the_last_slot(q4_sources, tmp_path):
     assert ops.count("GroupQueryAttention") == tm.N_LAYER and "Softmax" not in ops
     dec = Decoder(out)
     assert len({id(s) for s in dec.sessions.values()}) == 1
-    assert all(dec.io[16].outputs[f"present_key_{i}"] is dec.cache.keys[i] is dec.io[1].inputs[f"past_key_{i}"]
+    assert all(dec.io[16, 1].outputs[f"present_key_{i}"] is dec.cache.keys[i] is dec.io[1, 1].inputs[f"past_key_{i}"]
                for i in range(dec.n_layers))
     ref = RefDecoder.from_gguf(q4_sources / "q40.gguf")
 
@@ -148,7 +148,7 @@ def test_inplace_cache_to_the_last_slot(q4_sources, tmp_path):
     prompt = [int(t) for t in rng.integers(3, 290, size=21)]  # 16, then 5: exact lengths, never padded
     logits, tokens = [dec.feed(prompt)], list(prompt)
     session = dec.sessions[16]
-    assert set(dec._bindings) == {(id(session), 16), (id(session), 5)}
+    assert set(dec._bindings) == {(id(session), 16, 1), (id(session), 5, 1)}
     while len(tokens) < 40:
         tokens.append(int(np.argmax(logits[-1])))
         logits.append(dec.feed([tokens[-1]]))

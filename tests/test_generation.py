@@ -126,7 +126,7 @@ def test_kv_buffers_are_never_reallocated(tiny_llm):
     tiny_llm.generate([4, 5, 6], max_new_tokens=5).run()
     assert buffers() == addresses and dec._bindings == bindings  # bound once, never rebound
     # the KV inputs the graphs read are the cache's own buffers, not copies
-    assert all(dec.io[1].inputs[f"past_key_{i}"] is cache.keys[i] for i in range(dec.n_layers))
+    assert all(dec.io[1, 1].inputs[f"past_key_{i}"] is cache.keys[i] for i in range(dec.n_layers))
 
 
 def test_streamed_deltas_are_utf8_safe(smollm_build):

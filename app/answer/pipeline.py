@@ -348,6 +348,9 @@ class GroundedGeneration:
         self._timings["first_token_ms"] = round(result.ttft_s * 1000, 1)
         if self.passage_kv is not None:  # prompt tokens whose kept rows were placed, not prefilled
             self._timings["placed_tokens"] = result.placed_tokens
+        if result.drafted_tokens:  # prompt lookup: tokens guessed from the context, and those kept
+            self._timings["drafted_tokens"] = result.drafted_tokens
+            self._timings["accepted_tokens"] = result.accepted_tokens
         if released:
             released += yield from self._complete(released, verifier)
             reason = "every stated fact is in the passages" + (

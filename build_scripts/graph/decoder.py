@@ -40,8 +40,9 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
     cpu = blocks is not None
     io = decoder_io(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, cfg.vocab, seq, context, inplace=cpu)
     b = GraphBuilder(name, store, blocks)
-    inp = {t.name: b.input(t.name, _ELEM[t.dtype], [1, "S"] if cpu and t.name == "input_ids" else t.shape)
-           for t in io.inputs}
+    # the CPU target's one graph: S tokens in, the logits of the R positions `last_index` lists out
+    symbolic = {"input_ids": [1, "S"], "last_index": ["R"], "logits": [1, "R", cfg.vocab]} if cpu else {}
+    inp = {t.name: b.input(t.name, _ELEM[t.dtype], symbolic.get(t.name, t.shape)) for t in io.inputs}
     kv_out = ("present_key", "present_value") if cpu else ("new_key", "new_value")
 
     if not cpu:
@@ -75,19 +76,20 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
             b.output(value, f"{out}_{i}", TensorProto.FLOAT, io.output(f"{out}_{i}").shape)
 
     with b.scope("head"):
-        # only the last real position's logits: the LM head dominates the cost otherwise
-        if cpu:  # S is symbolic here: the host says where the last real token is
+        # only the positions asked for: the LM head dominates the cost otherwise
+        if cpu:  # the host lists them: the last real token, or every drafted one (runtime/lookup.py)
             h = b.node("Gather", [h, inp["last_index"]], axis=1, name="last_position")
         elif seq > 1:  # left-padded chunks: it is the last position
             h = b.node("Slice", [h, b.ints(seq - 1), b.ints(seq), b.ints(1)], name="last_position")
-        h = b.node("Reshape", [rms_norm(b, h, w, "norm", cfg.rms_eps), b.ints(1, cfg.hidden)])
+        rows = -1 if cpu else 1  # the NPU graphs keep every shape static
+        h = b.node("Reshape", [rms_norm(b, h, w, "norm", cfg.rms_eps), b.ints(rows, cfg.hidden)])
         head = "embed" if cfg.tied_embeddings else "lm_head"
         if not cpu:
             logits = b.node("Gemm", [h, b.weight(head, lambda: w[head])], transB=1, name="lm_head")
         else:
             logits = block_matmul(b, h, [(head, 1.0)])
-        logits = b.node("Reshape", [logits, b.ints(1, 1, cfg.vocab)])
+        logits = b.node("Reshape", [logits, b.ints(1, rows, cfg.vocab)])
     # logits go first among the outputs, as readers expect
-    b.output(logits, "logits", TensorProto.FLOAT, io.output("logits").shape)
+    b.output(logits, "logits", TensorProto.FLOAT, symbolic.get("logits", io.output("logits").shape))
     b.outputs.insert(0, b.outputs.pop())
     return b.model(doc=f"hexrag {cfg.arch} decoder, S={'any' if cpu else seq}, C={context}")

@@ -1,0 +1,97 @@
+"""Prompt-lookup decoding: drafts from the context, checked in one graph step, give exactly the
+tokens of one step per token."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from build_scripts import tiny_models as tm
+from build_scripts.build import build_llm
+from runtime.decoder import Decoder
+from runtime.errors import RuntimeModelError
+from runtime.llm import LLM
+from runtime.lookup import PromptLookup
+from runtime.options import RuntimeOptions
+from runtime.sampling import SamplingParams
+from tests.reference import RefDecoder
+from tests.test_decoder_graphs import cosine
+
+
+def test_draft_follows_the_latest_earlier_occurrence_of_the_longest_ngram():
+    text = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 1, 2, 3]
+    lookup = PromptLookup(text, max_draft=3)
+    # "2 3" was last followed by 7 (index 8), but "1 2 3" (longer) by 4
+    assert lookup.draft(10) == [4, 5, 9]
+    assert lookup.draft(2) == [4, 5]  # the caller's limit wins over max_draft
+    lookup.extend([4, 5])  # "... 1 2 3 4 5": "4 5" was followed by 9
+    assert lookup.draft(10) == [9, 2, 3]
+    lookup.extend([6])  # "5 6" never occurred, and 1-grams are not drafted from by default
+    assert lookup.draft(10) == []
+    assert PromptLookup([5, 6], max_draft=4).draft(4) == []  # an n-gram never matches itself
+    assert PromptLookup([5, 5, 5], max_draft=4, min_ngram=1).draft(4) == [5]
+    assert PromptLookup(text, max_draft=3).draft(0) == []
+    with pytest.raises(ValueError, match="n-gram sizes"):
+        PromptLookup(text, max_draft=3, max_ngram=1, min_ngram=2)
+
+
+@pytest.fixture(scope="module")
+def int4_build(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lookup")
+    tm.write_tiny_gguf(root / "q40.gguf", seed=12, tied=False, qtype="Q4_0")
+    build_llm(root / "q40.gguf", root / "q40", context=96, prefill=(16, 4), progress=False, quant="int4")
+    return root
+
+
+def test_one_scoring_step_gives_every_position_the_logits_of_feeding(int4_build):
+    dec = Decoder(int4_build / "q40")
+    assert dec.scores_every_position
+    rng = np.random.default_rng(3)
+    prompt = [int(t) for t in rng.integers(3, 290, size=21)]
+    extra = [int(t) for t in rng.integers(3, 290, size=7)]
+    dec.feed(prompt)
+    scored = dec.score(extra)
+    assert scored.shape == (7, dec.vocab) and dec.tokens == prompt + extra
+    after = dec.feed([5])  # the scoring step left the cache as feeding does
+    one = Decoder(int4_build / "q40")
+    fed = [one.feed(prompt)] + [one.feed([t]) for t in extra]
+    expected = RefDecoder.from_gguf(int4_build / "q40.gguf").logits(prompt + extra + [5])
+    for i in range(7):
+        assert cosine(scored[i], fed[i + 1]) > 0.9999 and int(np.argmax(scored[i])) == int(np.argmax(fed[i + 1]))
+        assert cosine(scored[i], expected[21 + i]) >= 0.995
+    assert cosine(after, expected[-1]) >= 0.995
+    with pytest.raises(ValueError, match="1 to 16 tokens"):
+        dec.score(list(range(3, 20)))
+
+
+def test_drafted_generation_is_greedy_generation_token_for_token(int4_build):
+    # random weights fall into loops: the answer repeats n-grams of itself, so drafts are accepted
+    prompt = [int(t) for t in np.random.default_rng(8).integers(3, 290, size=12)] * 2
+    plain = LLM(int4_build / "q40", RuntimeOptions(draft_tokens=0)).generate(prompt, max_new_tokens=60).run()
+    llm = LLM(int4_build / "q40")
+    drafted = llm.generate(prompt, max_new_tokens=60).run()
+    assert drafted.token_ids == plain.token_ids and drafted.text == plain.text
+    assert plain.drafted_tokens == 0 and drafted.accepted_tokens > 0
+    assert drafted.drafted_tokens >= drafted.accepted_tokens
+    # with a repetition penalty every check applies it over the history up to its own position
+    penalised = [LLM(int4_build / "q40", RuntimeOptions(draft_tokens=d)).generate(
+        prompt, max_new_tokens=60, sampling=SamplingParams(repetition_penalty=1.3)).run() for d in (0, 6)]
+    assert penalised[0].token_ids == penalised[1].token_ids
+    # up to the context's very end: the same tokens, stopped at the same place
+    long_prompt = prompt * 3 + prompt[:10]  # 82 of 96 slots
+    ends = [LLM(int4_build / "q40", RuntimeOptions(draft_tokens=d)).generate(long_prompt, max_new_tokens=60).run()
+            for d in (0, 6)]
+    assert ends[0].token_ids == ends[1].token_ids and ends[1].finish_reason == ends[0].finish_reason
+    assert len(long_prompt) + len(ends[1].token_ids) <= 97
+    # sampled answers decode one token per step
+    sampled = llm.generate(prompt, max_new_tokens=20, sampling=SamplingParams(temperature=0.8, seed=1)).run()
+    assert sampled.drafted_tokens == 0
+
+
+def test_graphs_that_score_one_position_decode_without_drafts(tiny_builds):
+    llm = LLM(tiny_builds["llama"])  # the NPU graphs: logits of the last position only
+    assert not llm.decoder.scores_every_position
+    result = llm.generate([5, 6, 7, 5, 6, 7, 5, 6], max_new_tokens=8).run()
+    assert result.completion_tokens > 0 and result.drafted_tokens == 0
+    with pytest.raises(RuntimeModelError, match="score only their last position: rebuild"):
+        llm.decoder.score([5, 6])
