@@ -4,8 +4,11 @@ A grounded answer copies spans of its passages ("The roadside assistance number 
 is in the prompt almost word for word). When the context's last few tokens occurred earlier, the
 tokens that followed them there are a cheap guess at what comes next. The engine scores the
 current token and the guess in one graph step (`Decoder.score`) and keeps the guessed tokens up to
-the first one greedy decoding would not have picked, plus the pick there: the same tokens as one
-step per token, for the cost of about one step (a step reads all the weights whatever its width).
+the first one greedy decoding would not have picked, plus the pick there: greedy decoding's tokens,
+for the cost of about one step (a step reads all the weights whatever its width). A checking step
+computes its logits with prefill's kernels, which round differently from a one-token step's (logits
+cosine ~0.9999 to each other, and each as close to the float reference), so at a near-tie an answer
+may take the other token: the eval measures it (docs/benchmarks.md).
 
     context ... 800 555 0199 ... The number is 800 555 │ ◄ last 2 tokens seen before: draft "0199 ."
 """

@@ -28,6 +28,7 @@ class RuntimeOptions(BaseModel):
     threads: int | None = None  # host threads per session; None: every core this process may run on
     # prompt-lookup decoding (runtime/lookup.py): greedy answers check up to this many tokens drafted
     # from their context per step (0: one token per step). The picks are greedy decoding's own
+    # (up to the rounding of prefill's kernels, which check them)
     draft_tokens: int = Field(default=6, ge=0, le=31)
     # HTP
     target: str | None = None  # the build to load when a model holds several (sm8650 ...)

@@ -1,5 +1,5 @@
-"""Prompt-lookup decoding: drafts from the context, checked in one graph step, give exactly the
-tokens of one step per token."""
+"""Prompt-lookup decoding: drafts from the context, checked in one graph step, give the tokens of
+one step per token (up to the rounding of the two kernels' paths)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ def test_one_scoring_step_gives_every_position_the_logits_of_feeding(int4_build)
     fed = [one.feed(prompt)] + [one.feed([t]) for t in extra]
     expected = RefDecoder.from_gguf(int4_build / "q40.gguf").logits(prompt + extra + [5])
     for i in range(7):
+        # each row is what a prefill of the text up to it gives (the same kernels), and close to
+        # a one-token step's, which rounds differently
+        one.reset()
+        assert cosine(scored[i], one.feed(prompt + extra[:i + 1])) > 0.999999
         assert cosine(scored[i], fed[i + 1]) > 0.9999 and int(np.argmax(scored[i])) == int(np.argmax(fed[i + 1]))
         assert cosine(scored[i], expected[21 + i]) >= 0.995
     assert cosine(after, expected[-1]) >= 0.995
@@ -95,3 +99,38 @@ def test_graphs_that_score_one_position_decode_without_drafts(tiny_builds):
     assert result.completion_tokens > 0 and result.drafted_tokens == 0
     with pytest.raises(RuntimeModelError, match="score only their last position: rebuild"):
         llm.decoder.score([5, 6])
+
+
+def test_smollm2_answers_from_the_sample_kb_keep_their_facts_with_drafts(smollm_gguf, minilm_build, sample_kb,
+                                                                         tmp_path):
+    """The real CPU target: SmolLM2 int4 answers grounded questions with drafts, keeps drafted
+    tokens, reports them with the answer's timings and states the facts it states without them.
+    (Not always word for word: a checking step computes its logits as prefill does, which rounds
+    differently from a one-token step, so a near-tie may go the other way.)"""
+    from app.assistant import Assistant
+    from app.bench.answers import format_summary, summarize
+    from app.settings import Settings
+
+    out = tmp_path / "smollm2-int4"
+    build_llm(smollm_gguf, out, context=1024, prefill=(128,), progress=False, quant="int4")
+    questions = {"What is the roadside assistance phone number?": "800-555-0199",
+                 "What tyre pressure should I use with a full load?": "260 kPa",
+                 "How far can I drive after using the sealant kit?": "80 km/h"}
+    answers = {}
+    for draft in (0, 6):
+        assistant = Assistant(Settings(llm=out, embedder=minilm_build, kb=sample_kb, draft_tokens=draft))
+        answers[draft] = []
+        for q in questions:
+            assistant.llm.decoder.reset()
+            answers[draft].append(assistant.answer(q))
+    for fact, plain, drafted in zip(questions.values(), answers[0], answers[6]):
+        assert fact in plain.text and fact in drafted.text, (plain.text, drafted.text)
+    assert not any("drafted_tokens" in a.timings for a in answers[0])
+    kept = [a.timings.get("accepted_tokens", 0) for a in answers[6]]
+    assert sum(kept) > 0 and all(k <= a.timings.get("drafted_tokens", 0) for k, a in zip(kept, answers[6]))
+    rows = [{"answerable": True, "refused": False, "grade": "correct", "lang": "en", "unsupported": [],
+             "answer_ms": a.timings["total_ms"], "drafted_tokens": a.timings.get("drafted_tokens", 0),
+             "accepted_tokens": a.timings.get("accepted_tokens", 0)} for a in answers[6]]
+    summary = summarize(rows)
+    assert summary["drafts"] == {"drafted": sum(r["drafted_tokens"] for r in rows), "accepted": sum(kept)}
+    assert f"prompt lookup: {sum(kept)} of" in format_summary({**summary, "failing": []})

@@ -116,9 +116,13 @@ def summarize(rows: list[dict]) -> dict:
         mine = [r for r in answerable if r["lang"] == lang]
         out["by_language"][lang] = {"answerable": len(mine),
                                     "correct": _rate(sum(r["grade"] == "correct" for r in mine), len(mine))}
-    times = [r["first_sentence_ms"] for r in rows if r.get("first_sentence_ms") is not None]
-    if times:
-        out["first_sentence_ms"] = {"median": round(statistics.median(times), 1), "max": round(max(times), 1)}
+    for key in ("first_sentence_ms", "answer_ms"):
+        times = [r[key] for r in rows if r.get(key) is not None]
+        if times:
+            out[key] = {"median": round(statistics.median(times), 1), "max": round(max(times), 1)}
+    drafted = sum(r.get("drafted_tokens", 0) for r in rows)
+    if drafted:  # prompt lookup: how many drafted tokens greedy decoding kept
+        out["drafts"] = {"drafted": drafted, "accepted": sum(r.get("accepted_tokens", 0) for r in rows)}
     return out
 
 
@@ -151,6 +155,8 @@ def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = F
         row = grade(q, answer.text, refused, reference)
         row["decision"] = answer.grounding.decision if answer.grounding else None
         row["first_sentence_ms"] = answer.timings.get("first_sentence_ms")
+        row["answer_ms"] = answer.timings.get("total_ms")
+        row.update({k: answer.timings[k] for k in ("drafted_tokens", "accepted_tokens") if k in answer.timings})
         rows.append(row)
     failing = [r for r in rows if r["grade"] != "correct" and not (r["refused"] and not r["answerable"])]
     return {**summarize(rows), "failing": failing, "rows": rows}
@@ -165,8 +171,11 @@ def format_summary(result: dict) -> str:
              f"refusals: precision {s['refusal_precision']}  recall {s['refusal_recall']}"]
     for lang, v in s["by_language"].items():
         lines.append(f"  {lang}: correct {v['correct']} of {v['answerable']}")
-    if "first_sentence_ms" in s:
-        lines.append(f"first sentence: median {s['first_sentence_ms']['median']} ms, max {s['first_sentence_ms']['max']} ms")
+    for key, what in (("first_sentence_ms", "first sentence"), ("answer_ms", "whole answer")):
+        if key in s:
+            lines.append(f"{what}: median {s[key]['median']} ms, max {s[key]['max']} ms")
+    if "drafts" in s:
+        lines.append(f"prompt lookup: {s['drafts']['accepted']} of {s['drafts']['drafted']} drafted tokens kept")
     if s["failing"]:
         lines.append("not fully correct:")
         for r in s["failing"]:
