@@ -163,7 +163,7 @@ class Decoder:
             raise ValueError(f"score() takes 1 to {self.buckets[0]} tokens, got {len(ids)}")
         if len(self.tokens) + len(ids) > self.context:
             raise ContextOverflowError(len(ids), self.context, cached=len(self.tokens))
-        return self._run(list(ids), len(ids), rows=len(ids))
+        return self._run(list(ids), len(ids), rows=len(ids)).reshape(len(ids), -1)
 
     def _bucket(self, remaining: int) -> int:
         """Full chunks of the largest bucket, then one run of the smallest bucket holding the rest.

@@ -22,9 +22,9 @@ from runtime.chat_template import ChatTemplate
 from runtime.decoder import Decoder
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.kv_cache import KVRows
-from runtime.lookup import PromptLookup
+from runtime.lookup import NEAR_TIE, PromptLookup
 from runtime.options import RuntimeOptions
-from runtime.sampling import SamplingParams, sample_next
+from runtime.sampling import SamplingParams, greedy_lead, sample_next
 from runtime.textstream import IncrementalDetokenizer, StopStringFilter
 
 
@@ -198,6 +198,7 @@ class LLM:
             lookup = (PromptLookup(prompt, self.draft_tokens)
                       if self.draft_tokens and sampling.greedy and dec.scores_every_position else None)
             picked: list[int] = []  # tokens a checking step has already chosen, in order
+            alone = False  # the next step feeds one token: a check stopped at a near-tie there
             drafted = accepted = 0
             out_ids: list[int] = []
             text: list[str] = []
@@ -230,13 +231,15 @@ class LLM:
                     continue
                 # the cache lacks only `token`: feed it, with a draft of its followers when there is one
                 room = min(max_new - len(out_ids), self.context - len(dec.tokens) - 1, dec.buckets[0] - 1)
-                draft = lookup.draft(room) if lookup else []
-                if not draft:
-                    logits = dec.feed([token])
-                    continue
-                picked = self._check(token, draft, sampling, rng, history)
-                drafted += len(draft)
-                accepted += len(picked) - 1
+                draft = lookup.draft(room) if lookup and not alone else []
+                if draft:
+                    picked, alone = self._check(token, draft, sampling, rng, history)
+                    drafted += len(draft)
+                    accepted += len(picked) - (not alone)
+                    if picked:
+                        continue
+                logits = dec.feed([token])
+                alone = False
             if finish != "stop":
                 tail = stop_filter.push(detok.flush()) + stop_filter.flush()
                 if tail:
@@ -249,17 +252,24 @@ class LLM:
                 drafted_tokens=drafted, accepted_tokens=accepted,
             )
 
-    def _check(self, token: int, draft: list[int], sampling: SamplingParams, rng, history: list[int]) -> list[int]:
-        """Score `token` and its draft in one step; returns what greedy decoding picks after
-        `token`: the drafted tokens up to the first it would not have picked, then its own pick
-        there (or after the whole draft). The cache keeps `token` and the accepted drafts."""
+    def _check(self, token: int, draft: list[int], sampling: SamplingParams, rng,
+               history: list[int]) -> tuple[list[int], bool]:
+        """Score `token` and its draft in one step. Returns what greedy decoding picks after `token`:
+        the drafted tokens up to the first it would not have picked, then its own pick there (or
+        after the whole draft); the cache keeps `token` and the accepted drafts. At a near-tie the
+        picks stop short, and the second value says the last one (or `token` itself, when there
+        are none) must be fed alone: a one-token step decides the next token, not the check."""
         dec = self.decoder
         start = len(dec.tokens)
         scores = dec.score([token, *draft])
         picks: list[int] = []
         for row, guess in zip(scores, [*draft, None]):
-            picks.append(sample_next(row, sampling, rng, history + picks))
+            seen = history + picks
+            if greedy_lead(row, sampling, seen) < NEAR_TIE:
+                dec.rewind(start + len(picks))  # keeps the inputs before this row's
+                return picks, True
+            picks.append(sample_next(row, sampling, rng, seen))
             if picks[-1] != guess:
                 break
         dec.rewind(start + len(picks))  # the rows of rejected drafts are overwritten later
-        return picks
+        return picks, False

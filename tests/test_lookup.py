@@ -64,12 +64,18 @@ def test_one_scoring_step_gives_every_position_the_logits_of_feeding(int4_build)
         assert cosine(scored[i], fed[i + 1]) > 0.9999 and int(np.argmax(scored[i])) == int(np.argmax(fed[i + 1]))
         assert cosine(scored[i], expected[21 + i]) >= 0.995
     assert cosine(after, expected[-1]) >= 0.995
+    dec.rewind(21)
+    assert dec.score(extra[:1]).shape == (1, dec.vocab)
     with pytest.raises(ValueError, match="1 to 16 tokens"):
         dec.score(list(range(3, 20)))
 
 
-def test_drafted_generation_is_greedy_generation_token_for_token(int4_build):
-    # random weights fall into loops: the answer repeats n-grams of itself, so drafts are accepted
+def test_drafted_generation_is_greedy_generation_token_for_token(int4_build, monkeypatch):
+    # random weights fall into loops: the answer repeats n-grams of itself, so drafts are accepted;
+    # their logits are small, every pick a near-tie at the real models' margin: checks decide here
+    import runtime.llm
+
+    monkeypatch.setattr(runtime.llm, "NEAR_TIE", 0.0)
     prompt = [int(t) for t in np.random.default_rng(8).integers(3, 290, size=12)] * 2
     plain = LLM(int4_build / "q40", RuntimeOptions(draft_tokens=0)).generate(prompt, max_new_tokens=60).run()
     llm = LLM(int4_build / "q40")
@@ -90,6 +96,22 @@ def test_drafted_generation_is_greedy_generation_token_for_token(int4_build):
     # sampled answers decode one token per step
     sampled = llm.generate(prompt, max_new_tokens=20, sampling=SamplingParams(temperature=0.8, seed=1)).run()
     assert sampled.drafted_tokens == 0
+
+
+def test_near_ties_are_left_to_one_token_steps(int4_build, monkeypatch):
+    """Where greedy's pick barely leads, a check stops and a one-token step decides: with every
+    position a near-tie nothing a check computed is kept, and the answer is one-step decoding's
+    bit for bit; with none, checks keep what they pick."""
+    import runtime.llm
+
+    prompt = [int(t) for t in np.random.default_rng(8).integers(3, 290, size=12)] * 2
+    plain = LLM(int4_build / "q40", RuntimeOptions(draft_tokens=0)).generate(prompt, max_new_tokens=40).run()
+    monkeypatch.setattr(runtime.llm, "NEAR_TIE", float("inf"))
+    tied = LLM(int4_build / "q40").generate(prompt, max_new_tokens=40).run()
+    assert tied.token_ids == plain.token_ids and tied.drafted_tokens > 0 and tied.accepted_tokens == 0
+    monkeypatch.setattr(runtime.llm, "NEAR_TIE", 0.0)
+    untied = LLM(int4_build / "q40").generate(prompt, max_new_tokens=40).run()
+    assert untied.accepted_tokens > 0
 
 
 def test_graphs_that_score_one_position_decode_without_drafts(tiny_builds):
