@@ -46,7 +46,7 @@ class Assistant:
         kb = self.kb if self.kb is not None and self.kb.stats()["chunks"] else None
         plan = plan_answer(req, self.llm, kb, s.default_max_tokens, s.rag_k, s.rag_min_score)
         gen = GroundedGeneration(self.llm, plan, SamplingParams(repetition_penalty=s.default_repetition_penalty),
-                                 passage_kv=self.passage_kv)
+                                 passage_kv=self.passage_kv, prompt_lookup=s.prompt_lookup)
         yield from gen
         answer = Answer(**vars(gen.result), citations=plan.citations)
         if keep_history:

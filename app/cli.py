@@ -17,7 +17,7 @@ import click
 from app.cli_bench import BENCH_COMMANDS
 from app.cli_build import BUILD_COMMANDS
 from app.cli_chat import CHAT_COMMANDS, stream_answer
-from app.cli_common import friendly as _friendly
+from app.cli_common import friendly as _friendly, invalid
 from app.cli_device import DEVICE_COMMANDS
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
 
@@ -143,8 +143,7 @@ def generate(model_dir, prompt, chat, system, max_tokens, temperature, top_p, to
             "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
             "cached_tokens": r.cached_tokens,
             "timings": {"ttft_s": round(r.ttft_s, 4), "prefill_tok_s": round(r.prefill_tok_s, 1),
-                        "decode_tok_s": round(r.decode_tok_s, 1), "drafted_tokens": r.drafted_tokens,
-                        "accepted_tokens": r.accepted_tokens},
+                        "decode_tok_s": round(r.decode_tok_s, 1)},
         }, ensure_ascii=False))
     else:
         click.echo()
@@ -206,7 +205,9 @@ def serve(**options) -> None:
     try:
         settings = Settings(**{k: v for k, v in options.items() if v is not None})
         settings.check()
-    except (ValueError, ValidationError) as e:
+    except ValidationError as e:
+        raise click.UsageError(invalid(e)) from None
+    except ValueError as e:
         raise click.UsageError(str(e).splitlines()[0]) from None
     if settings.bundle and {"llm", "embedder", "kb"} & settings.model_fields_set:
         raise click.UsageError("--bundle brings its own models and knowledge base: drop --llm/--embedder/--kb")

@@ -1,4 +1,4 @@
-"""Measurement commands: `hexrag bench llm|build|genai-model|soak` and `hexrag eval --all` (+ `eval retrieval`).
+"""Measurement commands: `hexrag bench llm|build|genai-model|lookup|soak` and `hexrag eval --all` (+ `eval retrieval`).
 
 Each command calls one function of app.bench and prints its result; typed errors become
 `error: ...` and exit code 1 (app.cli_common). app/cli.py registers BENCH_COMMANDS on `main`.
@@ -105,6 +105,33 @@ def bench_genai_model(model_dir, out, python, precision) -> None:
     from app.bench.genai_export import build_genai_model
 
     click.echo(f"built {build_genai_model(model_dir, out, python, precision)}")
+
+
+@bench.command("lookup")
+@click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
+@click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]")
+@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@click.option("--questions", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Question file (JSONL with `question`); default: knowledge/samples/answer_questions.jsonl.")
+@click.option("--limit", default=25, show_default=True, type=click.IntRange(min=1), help="Questions to answer.")
+@click.option("--widths", default="1,2,4,6,8", show_default=True, help="Check widths to time, in tokens.")
+@_json
+@_friendly
+def bench_lookup(llm, embedder, kb, questions, limit, widths, as_json) -> None:
+    """Prompt lookup on one LLM build: what a check costs beside a one-token step, and how far its
+    rounding moves greedy's lead over real answers."""
+    from app.assistant import Assistant
+    from app.bench.answers import load_answer_questions
+    from app.bench.lookup import format_lookup, measure
+    from app.quickstart import SAMPLES
+    from app.settings import Settings
+
+    sizes = _ints(widths)
+    items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")[:limit]
+    given = {"llm": llm, "embedder": embedder, "kb": kb}
+    assistant = Assistant(Settings(**{k: v for k, v in given.items() if v is not None}))
+    result = measure(assistant, [q.question for q in items], sizes)
+    _echo_json(result) if as_json else click.echo(format_lookup(result))
 
 
 @bench.command("soak")

@@ -6,6 +6,7 @@ import functools
 import sys
 
 import click
+from pydantic import ValidationError
 
 from app.bench.errors import BenchError
 from app.bundle import BundleError
@@ -24,8 +25,19 @@ def friendly(fn):
         except USER_ERRORS as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
+        except ValidationError as e:  # a HEXRAG_* setting (or a typed record) with a bad value
+            click.echo(f"error: {invalid(e)}", err=True)
+            sys.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
 
     return wrapper
+
+
+def invalid(e: ValidationError) -> str:
+    """One line for a pydantic error; a setting is named by its environment variable."""
+    first = e.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    name = f"HEXRAG_{field.upper()}" if e.title.endswith("Settings") else f"{e.title}.{field}"
+    return f"{name}: {first['msg']} (got {first.get('input')!r})"

@@ -35,16 +35,14 @@ class RuntimeSettings(BaseSettings):
     qnn_performance_mode: str = "burst"
     qnn_log_level: str = "error"  # verbose | info | warning | error | fatal
     threads: int | None = None
-    draft_tokens: int = 6  # prompt-lookup decoding: tokens drafted per step for greedy answers (0: off)
     # profiling: an ONNX Runtime profile per CPU session, QNN's detailed profile per HTP session
     profile: Path | None = None
     qnn_profile: Path | None = None
 
     def runtime(self, backend: str) -> RuntimeOptions:
-        return RuntimeOptions(backend=backend, threads=self.threads, draft_tokens=self.draft_tokens,
-                              target=self.qnn_target, soc_model=self.qnn_soc_model,
-                              performance_mode=self.qnn_performance_mode, log_level=self.qnn_log_level,
-                              profile_dir=self.profile, qnn_profile_dir=self.qnn_profile)
+        return RuntimeOptions(backend=backend, threads=self.threads, target=self.qnn_target,
+                              soc_model=self.qnn_soc_model, performance_mode=self.qnn_performance_mode,
+                              log_level=self.qnn_log_level, profile_dir=self.profile, qnn_profile_dir=self.qnn_profile)
 
 
 class Settings(RuntimeSettings):
@@ -74,6 +72,9 @@ class Settings(RuntimeSettings):
     # keep each passage's KV rows (under the KB directory, per LLM build) and place them into later
     # prompts instead of prefilling the passage again (app/answer/passage_kv.py)
     passage_kv: bool = False
+    # prompt lookup (runtime/lookup.py) for greedy answers: voice answers only (the measured default:
+    # as accurate, the first sentence sooner), every answer, or none (docs/benchmarks.md)
+    prompt_lookup: Literal["voice", "all", "off"] = "voice"
     rag_k: int = 4
     rag_min_score: float | None = None  # None: the knowledge base's calibrated default
     default_max_tokens: int = 256

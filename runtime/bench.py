@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     from runtime.llm import LLM
     from runtime.options import RuntimeOptions
 
-    # one token per step, as the peers' loops: the repeated bench text would make drafts too easy
-    llm = LLM(args.model, RuntimeOptions(backend=args.backend, threads=args.threads, draft_tokens=0))
+    llm = LLM(args.model, RuntimeOptions(backend=args.backend, threads=args.threads))
     load_s = time.perf_counter() - t0
     llm.stop_ids = set()  # exactly --gen tokens per run
     lengths = [int(x) for x in args.lengths.split(",")]

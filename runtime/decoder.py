@@ -2,11 +2,11 @@
 
 `Decoder.feed(ids)` appends tokens to the cache through the graphs and returns the logits of
 the last one; `Decoder.score(ids)` appends them in one step and returns every one's logits (the
-check of drafted tokens in prompt-lookup decoding, runtime/lookup.py). Prompts go through the largest prefill bucket in chunks; the rest goes through
-the smallest bucket that holds it (the decode graph for a single token), left-padded: the NPU
-graphs' "rows" KV contract, where the host masks the padding and stores the new rows. The CPU
-target ("inplace": the graph writes its rows into the cache) takes any S, so its chunks run at
-their exact length. See models/contract.py.
+check of drafted tokens in prompt-lookup decoding, runtime/lookup.py). Prompts go through the
+largest prefill bucket in chunks; the rest goes through the smallest bucket that holds it (the
+decode graph for a single token), left-padded: the NPU graphs' "rows" KV contract, where the host
+masks the padding and stores the new rows. The CPU target ("inplace": the graph writes its rows
+into the cache) takes any S, so its chunks run at their exact length. See models/contract.py.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class Decoder:
 
     def score(self, ids: list[int]) -> np.ndarray:
         """Append tokens in one step; returns float32 logits [len(ids), vocab], one row per token:
-        what feeding them one at a time would give, up to float rounding."""
+        what a prefill of them computes (one-token steps round a little differently)."""
         if not self.scores_every_position:
             raise RuntimeModelError(f"{self.manifest.name}'s graphs score only their last position: "
                                     "rebuild it with `hexrag build llm` to score every one")

@@ -22,9 +22,9 @@ from runtime.chat_template import ChatTemplate
 from runtime.decoder import Decoder
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.kv_cache import KVRows
-from runtime.lookup import NEAR_TIE, PromptLookup
+from runtime.lookup import PromptLookup
 from runtime.options import RuntimeOptions
-from runtime.sampling import SamplingParams, greedy_lead, sample_next
+from runtime.sampling import SamplingParams, sample_next
 from runtime.textstream import IncrementalDetokenizer, StopStringFilter
 
 
@@ -144,9 +144,10 @@ class LLM:
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int = 256, sampling: SamplingParams | None = None,
                  stop: list[str] | None = None, cancel: threading.Event | None = None,
-                 placed: dict[int, KVRows] | None = None) -> Generation:
+                 placed: dict[int, KVRows] | None = None, draft: bool = False) -> Generation:
         """`placed`: prompt offset -> kept rows of the tokens starting there (`kv_rows`), placed into
-        the cache instead of prefilled (re-rotated to their new positions)."""
+        the cache instead of prefilled (re-rotated to their new positions). `draft`: prompt lookup
+        (runtime/lookup.py) for a greedy generation on graphs that score every position."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.context:  # at least one slot must stay free for the answer
@@ -159,7 +160,7 @@ class LLM:
                 raise ValueError(f"the rows placed at {offset} are not of the prompt's tokens there")
             end = offset + len(rows.tokens)
         return Generation(self._steps(list(prompt_ids), max_new_tokens, sampling or SamplingParams(),
-                                      stop or [], cancel or threading.Event(), placed or {}))
+                                      stop or [], cancel or threading.Event(), placed or {}, draft))
 
     def _prefill(self, prompt: list[int], cached: int, placed: dict[int, KVRows]):
         """Feed the prompt from `cached` on, placing kept rows where they start at or after it (the
@@ -177,7 +178,7 @@ class LLM:
         return logits, count
 
     def _steps(self, prompt: list[int], max_new: int, sampling: SamplingParams, stops: list[str],
-               cancel: threading.Event, placed: dict[int, KVRows]):
+               cancel: threading.Event, placed: dict[int, KVRows], draft: bool):
         with self._busy:
             start = time.perf_counter()
             dec = self.decoder
@@ -196,9 +197,8 @@ class LLM:
             history = list(prompt)
             # drafts are checked against greedy picks: sampled answers decode a token per step
             lookup = (PromptLookup(prompt, self.draft_tokens)
-                      if self.draft_tokens and sampling.greedy and dec.scores_every_position else None)
+                      if draft and self.draft_tokens and sampling.greedy and dec.scores_every_position else None)
             picked: list[int] = []  # tokens a checking step has already chosen, in order
-            alone = False  # the next step feeds one token: a check stopped at a near-tie there
             drafted = accepted = 0
             out_ids: list[int] = []
             text: list[str] = []
@@ -231,15 +231,13 @@ class LLM:
                     continue
                 # the cache lacks only `token`: feed it, with a draft of its followers when there is one
                 room = min(max_new - len(out_ids), self.context - len(dec.tokens) - 1, dec.buckets[0] - 1)
-                draft = lookup.draft(room) if lookup and not alone else []
-                if draft:
-                    picked, alone = self._check(token, draft, sampling, rng, history)
-                    drafted += len(draft)
-                    accepted += len(picked) - (not alone)
-                    if picked:
-                        continue
-                logits = dec.feed([token])
-                alone = False
+                draft = lookup.draft(room) if lookup else []
+                if not draft:
+                    logits = dec.feed([token])
+                    continue
+                picked = self._check(token, draft, sampling, rng, history)
+                drafted += len(draft)
+                accepted += len(picked) - 1
             if finish != "stop":
                 tail = stop_filter.push(detok.flush()) + stop_filter.flush()
                 if tail:
@@ -252,24 +250,17 @@ class LLM:
                 drafted_tokens=drafted, accepted_tokens=accepted,
             )
 
-    def _check(self, token: int, draft: list[int], sampling: SamplingParams, rng,
-               history: list[int]) -> tuple[list[int], bool]:
-        """Score `token` and its draft in one step. Returns what greedy decoding picks after `token`:
-        the drafted tokens up to the first it would not have picked, then its own pick there (or
-        after the whole draft); the cache keeps `token` and the accepted drafts. At a near-tie the
-        picks stop short, and the second value says the last one (or `token` itself, when there
-        are none) must be fed alone: a one-token step decides the next token, not the check."""
+    def _check(self, token: int, draft: list[int], sampling: SamplingParams, rng, history: list[int]) -> list[int]:
+        """Score `token` and its draft in one step; returns what greedy decoding picks after
+        `token`: the drafted tokens up to the first it would not have picked, then its own pick
+        there (or after the whole draft). The cache keeps `token` and the accepted drafts."""
         dec = self.decoder
         start = len(dec.tokens)
         scores = dec.score([token, *draft])
         picks: list[int] = []
         for row, guess in zip(scores, [*draft, None]):
-            seen = history + picks
-            if greedy_lead(row, sampling, seen) < NEAR_TIE:
-                dec.rewind(start + len(picks))  # keeps the inputs before this row's
-                return picks, True
-            picks.append(sample_next(row, sampling, rng, seen))
+            picks.append(sample_next(row, sampling, rng, history + picks))
             if picks[-1] != guess:
                 break
         dec.rewind(start + len(picks))  # the rows of rejected drafts are overwritten later
-        return picks, False
+        return picks

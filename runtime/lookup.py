@@ -8,9 +8,10 @@ the first one greedy decoding would not have picked, plus the pick there: greedy
 for the cost of about one step (a step reads all the weights whatever its width).
 
 A checking step computes its logits with prefill's kernels, which round differently from a
-one-token step's: as close to the float model, but not the same. Where greedy's pick leads the
-runner-up by less than NEAR_TIE the check stops and a one-token step decides, as without drafts:
-otherwise the rounding alone could send an answer down another path (measured, docs/benchmarks.md).
+one-token step's (equally close to the float model), and the rows it keeps round the same way: so
+a drafted answer can take the other word where two were tied to the last digits. Measured: no
+voice answer of the eval changed, 6 of 68 longer text answers did (docs/benchmarks.md), which is
+why only voice answers draft by default (app/settings.py, `prompt_lookup`).
 
     context ... 800 555 0199 ... The number is 800 555 │ ◄ last 2 tokens seen before: draft "0199 ."
 """
@@ -18,12 +19,6 @@ otherwise the rounding alone could send an answer down another path (measured, d
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-# logits. How far the leader's lead over the runner-up moves between a check and a one-token step,
-# measured over 454 answer positions of Qwen2.5-1.5B int4: median 0.06, p99 0.23, max 0.36; 3.5% of
-# positions lead by less than this. (SmolLM2-135M int4 rounds far more: median 0.21, max 1.5; its
-# drafted answers differ from one-step ones more often.)
-NEAR_TIE = 0.5
 
 
 class PromptLookup:

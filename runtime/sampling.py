@@ -80,11 +80,3 @@ def _sample(x: np.ndarray, params: SamplingParams, rng: np.random.Generator, his
         probs = kept / kept.sum()
     return int(rng.choice(probs.size, p=probs))
 
-
-def greedy_lead(logits: np.ndarray, params: SamplingParams, history: Sequence[int] = ()) -> float:
-    """How far greedy's pick leads the runner-up, on the logits greedy picks from (after the
-    repetition penalty): below a kernel's rounding the pick is a near-tie."""
-    recent = history[-params.penalty_window:] if params.penalty_window else ()
-    x = apply_repetition_penalty(np.asarray(logits, dtype=np.float64), recent, params.repetition_penalty)
-    second, first = np.partition(x, -2)[-2:]
-    return float(first - second)

@@ -23,7 +23,7 @@ def test_generate_json_matches_the_library(tiny_builds):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out) >= {"token_ids", "text", "finish_reason", "prompt_tokens", "completion_tokens", "timings"}
-    assert set(out["timings"]) == {"ttft_s", "prefill_tok_s", "decode_tok_s", "drafted_tokens", "accepted_tokens"}
+    assert set(out["timings"]) == {"ttft_s", "prefill_tok_s", "decode_tok_s"}
     llm = LLM(model)
     expected = llm.generate(llm.encode("the car"), max_new_tokens=7).run()
     assert out["token_ids"] == expected.token_ids and out["text"] == expected.text
@@ -56,6 +56,19 @@ def test_runtime_errors_are_one_line(tiny_builds, tmp_path):
     proc = hexrag("embed", "--model", str(tiny_builds["llama"]), "x")
     assert proc.returncode == 1 and "not an embedder" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_bad_setting_is_named_in_one_line(tiny_builds):
+    import os
+
+    for name, value, why in (("HEXRAG_PROMPT_LOOKUP", "sometimes", "'voice', 'all' or 'off'"),
+                             ("HEXRAG_THREADS", "abc", "valid integer")):
+        env = {**os.environ, name: value}
+        for args in (("ask", "hi", "--llm", str(tiny_builds["llama"])), ("serve", "--port", "1")):
+            proc = subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,
+                                  timeout=120, env=env)
+            assert proc.returncode != 0 and f"{name}: Input should be" in proc.stderr and why in proc.stderr
+            assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 4, proc.stderr
 
 
 def test_build_quant_from_the_cli(tiny_sources, tmp_path):

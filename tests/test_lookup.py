@@ -70,65 +70,47 @@ def test_one_scoring_step_gives_every_position_the_logits_of_feeding(int4_build)
         dec.score(list(range(3, 20)))
 
 
-def test_drafted_generation_is_greedy_generation_token_for_token(int4_build, monkeypatch):
-    # random weights fall into loops: the answer repeats n-grams of itself, so drafts are accepted;
-    # their logits are small, every pick a near-tie at the real models' margin: checks decide here
-    import runtime.llm
-
-    monkeypatch.setattr(runtime.llm, "NEAR_TIE", 0.0)
+def test_drafted_generation_is_greedy_generation_token_for_token(int4_build):
+    # random weights fall into loops: the answer repeats n-grams of itself, so drafts are accepted
     prompt = [int(t) for t in np.random.default_rng(8).integers(3, 290, size=12)] * 2
-    plain = LLM(int4_build / "q40", RuntimeOptions(draft_tokens=0)).generate(prompt, max_new_tokens=60).run()
     llm = LLM(int4_build / "q40")
-    drafted = llm.generate(prompt, max_new_tokens=60).run()
+    plain = llm.generate(prompt, max_new_tokens=60).run()  # drafting is asked for per generation
+    drafted = llm.generate(prompt, max_new_tokens=60, draft=True).run()
     assert drafted.token_ids == plain.token_ids and drafted.text == plain.text
     assert plain.drafted_tokens == 0 and drafted.accepted_tokens > 0
     assert drafted.drafted_tokens >= drafted.accepted_tokens
     # with a repetition penalty every check applies it over the history up to its own position
-    penalised = [LLM(int4_build / "q40", RuntimeOptions(draft_tokens=d)).generate(
-        prompt, max_new_tokens=60, sampling=SamplingParams(repetition_penalty=1.3)).run() for d in (0, 6)]
+    penalised = [llm.generate(prompt, max_new_tokens=60, sampling=SamplingParams(repetition_penalty=1.3),
+                              draft=d).run() for d in (False, True)]
     assert penalised[0].token_ids == penalised[1].token_ids
     # up to the context's very end: the same tokens, stopped at the same place
     long_prompt = prompt * 3 + prompt[:10]  # 82 of 96 slots
-    ends = [LLM(int4_build / "q40", RuntimeOptions(draft_tokens=d)).generate(long_prompt, max_new_tokens=60).run()
-            for d in (0, 6)]
+    ends = [llm.generate(long_prompt, max_new_tokens=60, draft=d).run() for d in (False, True)]
     assert ends[0].token_ids == ends[1].token_ids and ends[1].finish_reason == ends[0].finish_reason
     assert len(long_prompt) + len(ends[1].token_ids) <= 97
     # sampled answers decode one token per step
-    sampled = llm.generate(prompt, max_new_tokens=20, sampling=SamplingParams(temperature=0.8, seed=1)).run()
+    sampled = llm.generate(prompt, max_new_tokens=20, sampling=SamplingParams(temperature=0.8, seed=1),
+                           draft=True).run()
     assert sampled.drafted_tokens == 0
-
-
-def test_near_ties_are_left_to_one_token_steps(int4_build, monkeypatch):
-    """Where greedy's pick barely leads, a check stops and a one-token step decides: with every
-    position a near-tie nothing a check computed is kept, and the answer is one-step decoding's
-    bit for bit; with none, checks keep what they pick."""
-    import runtime.llm
-
-    prompt = [int(t) for t in np.random.default_rng(8).integers(3, 290, size=12)] * 2
-    plain = LLM(int4_build / "q40", RuntimeOptions(draft_tokens=0)).generate(prompt, max_new_tokens=40).run()
-    monkeypatch.setattr(runtime.llm, "NEAR_TIE", float("inf"))
-    tied = LLM(int4_build / "q40").generate(prompt, max_new_tokens=40).run()
-    assert tied.token_ids == plain.token_ids and tied.drafted_tokens > 0 and tied.accepted_tokens == 0
-    monkeypatch.setattr(runtime.llm, "NEAR_TIE", 0.0)
-    untied = LLM(int4_build / "q40").generate(prompt, max_new_tokens=40).run()
-    assert untied.accepted_tokens > 0
+    assert LLM(int4_build / "q40", RuntimeOptions(draft_tokens=0)).generate(
+        prompt, max_new_tokens=20, draft=True).run().drafted_tokens == 0  # drafting switched off
 
 
 def test_graphs_that_score_one_position_decode_without_drafts(tiny_builds):
     llm = LLM(tiny_builds["llama"])  # the NPU graphs: logits of the last position only
     assert not llm.decoder.scores_every_position
-    result = llm.generate([5, 6, 7, 5, 6, 7, 5, 6], max_new_tokens=8).run()
+    result = llm.generate([5, 6, 7, 5, 6, 7, 5, 6], max_new_tokens=8, draft=True).run()
     assert result.completion_tokens > 0 and result.drafted_tokens == 0
     with pytest.raises(RuntimeModelError, match="score only their last position: rebuild"):
         llm.decoder.score([5, 6])
 
 
-def test_smollm2_answers_from_the_sample_kb_keep_their_facts_with_drafts(smollm_gguf, minilm_build, sample_kb,
-                                                                         tmp_path):
-    """The real CPU target: SmolLM2 int4 answers grounded questions with drafts, keeps drafted
-    tokens, reports them with the answer's timings and states the facts it states without them.
-    (Not always word for word: a checking step computes its logits as prefill does, which rounds
-    differently from a one-token step, so a near-tie may go the other way.)"""
+def test_smollm2_voice_answers_draft_by_default_and_keep_their_facts(smollm_gguf, minilm_build, sample_kb,
+                                                                       tmp_path):
+    """The real CPU target: SmolLM2 int4 on the sample KB. By default voice answers draft and text
+    answers decode a token per step; with `all` text answers draft too, report what they kept
+    and state the facts they state without drafts. (Not always word for word: a check computes
+    its logits as prefill does, which rounds differently from a one-token step.)"""
     from app.assistant import Assistant
     from app.bench.answers import format_summary, summarize
     from app.settings import Settings
@@ -138,21 +120,41 @@ def test_smollm2_answers_from_the_sample_kb_keep_their_facts_with_drafts(smollm_
     questions = {"What is the roadside assistance phone number?": "800-555-0199",
                  "What tyre pressure should I use with a full load?": "260 kPa",
                  "How far can I drive after using the sealant kit?": "80 km/h"}
-    answers = {}
-    for draft in (0, 6):
-        assistant = Assistant(Settings(llm=out, embedder=minilm_build, kb=sample_kb, draft_tokens=draft))
-        answers[draft] = []
+
+    def answers(mode: str, voice: bool):
+        assistant = Assistant(Settings(llm=out, embedder=minilm_build, kb=sample_kb, prompt_lookup=mode))
+        done = []
         for q in questions:
             assistant.llm.decoder.reset()
-            answers[draft].append(assistant.answer(q))
-    for fact, plain, drafted in zip(questions.values(), answers[0], answers[6]):
-        assert fact in plain.text and fact in drafted.text, (plain.text, drafted.text)
-    assert not any("drafted_tokens" in a.timings for a in answers[0])
-    kept = [a.timings.get("accepted_tokens", 0) for a in answers[6]]
-    assert sum(kept) > 0 and all(k <= a.timings.get("drafted_tokens", 0) for k, a in zip(kept, answers[6]))
+            done.append(assistant.answer(q, voice=voice))
+        return done
+
+    default_text, default_voice = answers("voice", False), answers("voice", True)
+    assert not any("drafted_tokens" in a.timings for a in default_text)
+    assert sum(a.timings.get("accepted_tokens", 0) for a in default_voice) > 0
+    drafted = answers("all", False)
+    for fact, plain, a in zip(questions.values(), default_text, drafted):
+        assert fact in plain.text and fact in a.text, (plain.text, a.text)
+    kept = [a.timings.get("accepted_tokens", 0) for a in drafted]
+    assert sum(kept) > 0 and all(k <= a.timings.get("drafted_tokens", 0) for k, a in zip(kept, drafted))
     rows = [{"answerable": True, "refused": False, "grade": "correct", "lang": "en", "unsupported": [],
              "answer_ms": a.timings["total_ms"], "drafted_tokens": a.timings.get("drafted_tokens", 0),
-             "accepted_tokens": a.timings.get("accepted_tokens", 0)} for a in answers[6]]
+             "accepted_tokens": a.timings.get("accepted_tokens", 0)} for a in drafted]
     summary = summarize(rows)
     assert summary["drafts"] == {"drafted": sum(r["drafted_tokens"] for r in rows), "accepted": sum(kept)}
     assert f"prompt lookup: {sum(kept)} of" in format_summary({**summary, "failing": []})
+
+
+def test_bench_lookup_times_checks_and_measures_their_rounding(int4_build):
+    from app.bench.lookup import check_cost, format_lookup, lead_shift
+
+    llm = LLM(int4_build / "q40")
+    cost = check_cost(llm, [1, 4], cached=20, repeats=2)
+    assert set(cost) == {1, 4} and all(ms > 0 for ms in cost.values())
+    prompts = [[int(t) for t in np.random.default_rng(s).integers(3, 290, size=10)] for s in (1, 2)]
+    r = lead_shift(llm, prompts, steps=9)
+    # every greedy step of both answers, checked again 7 at a time: the same model, so close
+    assert r["positions"] == 18 and 0 <= r["shift_median"] <= r["shift_p99"] <= r["shift_max"] < 0.1
+    assert r["other_pick"] == 0  # as the token-for-token test above finds on this model
+    text = format_lookup({"model": "q40", "check_ms": cost, "rounding": r, "prompts": 2})
+    assert "W  4" in text and "18 positions of 2 answers" in text

@@ -253,10 +253,13 @@ class GroundedGeneration:
     """Iterate for the answer's text pieces (verified sentences); `result` is set at the end."""
 
     def __init__(self, llm: LLM, plan: AnswerPlan, sampling: SamplingParams, stop: list[str] | None = None,
-                 cancel: threading.Event | None = None, passage_kv: PassageKV | None = None):
-        """`passage_kv`: place the instructions' (and its passages') kept KV rows instead of prefilling them."""
+                 cancel: threading.Event | None = None, passage_kv: PassageKV | None = None,
+                 prompt_lookup: str = "off"):
+        """`passage_kv`: place the instructions' (and its passages') kept KV rows instead of prefilling them.
+        `prompt_lookup`: which answers draft from their context, "voice", "all" or "off" (Settings)."""
         self.llm, self.plan, self.sampling, self.stop = llm, plan, sampling, stop or []
         self.passage_kv = passage_kv
+        self.draft = prompt_lookup == "all" or (prompt_lookup == "voice" and plan.voice)
         self.cancel = cancel or threading.Event()
         self.result: AnswerResult | None = None
         self._pieces: list[str] = []
@@ -307,7 +310,7 @@ class GroundedGeneration:
                             plan.missing_topic, plan.unnamed)
         need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
         gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
-                                stop=self.stop, cancel=self.cancel, placed=self._placed())
+                                stop=self.stop, cancel=self.cancel, placed=self._placed(), draft=self.draft)
         held, released, unsupported = [], [], []
         verdict, marker = None, ""
         sentences = _sentences(gen)
@@ -418,7 +421,7 @@ class GroundedGeneration:
     def _plain(self):
         """No knowledge base: the model's text as it comes (voice still sentence by sentence)."""
         gen = self.llm.generate(self.plan.prompt_ids, max_new_tokens=self.plan.max_tokens, sampling=self.sampling,
-                                stop=self.stop, cancel=self.cancel)
+                                stop=self.stop, cancel=self.cancel, draft=self.draft)
         if self.plan.voice:
             for sentence in _sentences(gen):
                 if not is_list_marker(sentence):

@@ -32,7 +32,7 @@ def speed_ratios(model_dir: Path, steps: int = 48, repeats: int = 7) -> dict:
     from runtime.options import RuntimeOptions
     from runtime.session import GraphSession
 
-    llm = LLM(model_dir, RuntimeOptions(threads=1, draft_tokens=0))  # a graph step per token, as the bare loop
+    llm = LLM(model_dir, RuntimeOptions(threads=1))
     llm.stop_ids = set()
     m = llm.decoder.manifest
     decode = m.graph("decode")

