@@ -224,7 +224,7 @@ class _ScriptedLLM:
     def __init__(self, answer: str):
         self.answer = answer
 
-    def generate(self, prompt_ids, max_new_tokens, sampling, stop, cancel, placed=None):
+    def generate(self, prompt_ids, max_new_tokens, sampling, stop, cancel, placed=None, draft=False):
         from runtime.llm import Delta, GenerationResult
 
         class Gen:
