@@ -26,9 +26,8 @@ class RuntimeOptions(BaseModel):
 
     backend: Literal["cpu", "htp"] = "cpu"
     threads: int | None = None  # host threads per session; None: every core this process may run on
-    # prompt-lookup decoding (runtime/lookup.py): greedy answers check up to this many tokens drafted
-    # from their context per step (0: one token per step). The picks are greedy decoding's own
-    # (up to the rounding of prefill's kernels, which check them)
+    # prompt-lookup decoding (runtime/lookup.py): a generation that asks for it (`LLM.generate(draft=
+    # True)`) checks up to this many tokens drafted from its context per step (0: never drafts)
     draft_tokens: int = Field(default=6, ge=0, le=31)
     # HTP
     target: str | None = None  # the build to load when a model holds several (sm8650 ...)

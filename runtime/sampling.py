@@ -79,4 +79,3 @@ def _sample(x: np.ndarray, params: SamplingParams, rng: np.random.Generator, his
         kept[keep] = probs[keep]
         probs = kept / kept.sum()
     return int(rng.choice(probs.size, p=probs))
-
