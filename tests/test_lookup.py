@@ -144,6 +144,24 @@ def test_smollm2_voice_answers_draft_by_default_and_keep_their_facts(smollm_gguf
     assert summary["drafts"] == {"drafted": sum(r["drafted_tokens"] for r in rows), "accepted": sum(kept)}
     assert f"prompt lookup: {sum(kept)} of" in format_summary({**summary, "failing": []})
 
+    # over HTTP: the voice model drafts and says so in usage.timings; the text model does not
+    import httpx
+
+    from tests.api_server import Server
+
+    server = Server(out, minilm_build, sample_kb, tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        for model, drafts in (("hexrag-voice", True), ("hexrag", False)):
+            r = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
+                "model": model, "messages": [{"role": "user", "content": next(iter(questions))}]})
+            assert r.status_code == 200, r.text
+            assert "555 0199" in r.json()["choices"][0]["message"]["content"].replace("-", " ")
+            timings = r.json()["usage"]["timings"]
+            assert ("drafted_tokens" in timings) == drafts, timings
+    finally:
+        server.stop()
+
 
 def test_bench_lookup_times_checks_and_measures_their_rounding(int4_build):
     from app.bench.lookup import check_cost, format_lookup, lead_shift
