@@ -41,6 +41,9 @@ class AppState:
                 self.settings = s = settle(s)[0]
             log.info("loading LLM %s on %s", s.llm, s.backend)
             self.llm = LLM(s.llm, s.runtime())
+            if s.prompt_lookup != "off" and self.llm.decoder.inplace and not self.llm.decoder.scores_every_position:
+                log.warning("%s was built before prompt lookup: its answers decode a token per step "
+                            "(rebuild it with `hexrag build llm` for sooner voice answers)", s.llm)
             log.info("loading embedder %s", s.embedder)
             self.embedder = Embedder(s.embedder, s.runtime())
             self.kb = _open_kb(s, self.embedder)

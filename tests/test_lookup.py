@@ -96,6 +96,33 @@ def test_drafted_generation_is_greedy_generation_token_for_token(int4_build):
         prompt, max_new_tokens=20, draft=True).run().drafted_tokens == 0  # drafting switched off
 
 
+def test_a_cpu_build_from_before_decodes_without_drafts(int4_build, tmp_path):
+    """A CPU build whose graph declares one scored position (built before 2026-12-03) still loads
+    and answers, a token per step."""
+    import shutil
+
+    import onnx
+
+    from models.manifest import load_manifest, sha256_file
+
+    old = shutil.copytree(int4_build / "q40", tmp_path / "old")
+    graph = onnx.load(str(old / "step.onnx"), load_external_data=False)
+    for value, axis in ((next(i for i in graph.graph.input if i.name == "last_index"), 0), (graph.graph.output[0], 1)):
+        dim = value.type.tensor_type.shape.dim[axis]
+        dim.Clear()
+        dim.dim_value = 1
+    onnx.save(graph, str(old / "step.onnx"))
+    m = load_manifest(old, verify=False)
+    m.files["step.onnx"] = sha256_file(old / "step.onnx")
+    m.save(old)
+    llm = LLM(old)
+    assert not llm.decoder.scores_every_position and LLM(int4_build / "q40").decoder.scores_every_position
+    prompt = [int(t) for t in np.random.default_rng(8).integers(3, 290, size=12)] * 2
+    result = llm.generate(prompt, max_new_tokens=20, draft=True).run()
+    assert result.drafted_tokens == 0
+    assert result.token_ids == LLM(int4_build / "q40").generate(prompt, max_new_tokens=20).run().token_ids
+
+
 def test_graphs_that_score_one_position_decode_without_drafts(tiny_builds):
     llm = LLM(tiny_builds["llama"])  # the NPU graphs: logits of the last position only
     assert not llm.decoder.scores_every_position
