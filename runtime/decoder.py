@@ -157,8 +157,9 @@ class Decoder:
         """Append tokens in one step; returns float32 logits [len(ids), vocab], one row per token:
         what a prefill of them computes (one-token steps round a little differently)."""
         if not self.scores_every_position:
-            raise RuntimeModelError(f"{self.manifest.name}'s graphs score only their last position: "
-                                    "rebuild it with `hexrag build llm` to score every one")
+            fix = ("it was built before 2026-12-03: rebuild it with `hexrag build llm`" if self.inplace else
+                   "only the CPU target's graphs do (`hexrag build llm --quant int4`)")
+            raise RuntimeModelError(f"{self.manifest.name}'s graphs score only their last position; {fix}")
         if not 0 < len(ids) <= self.buckets[0]:
             raise ValueError(f"score() takes 1 to {self.buckets[0]} tokens, got {len(ids)}")
         if len(self.tokens) + len(ids) > self.context:

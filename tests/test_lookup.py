@@ -120,6 +120,8 @@ def test_a_cpu_build_from_before_decodes_without_drafts(int4_build, tmp_path):
     prompt = [int(t) for t in np.random.default_rng(8).integers(3, 290, size=12)] * 2
     result = llm.generate(prompt, max_new_tokens=20, draft=True).run()
     assert result.drafted_tokens == 0
+    with pytest.raises(RuntimeModelError, match="built before 2026-12-03: rebuild it with `hexrag build llm`"):
+        llm.decoder.score(prompt[:2])
     assert result.token_ids == LLM(int4_build / "q40").generate(prompt, max_new_tokens=20).run().token_ids
 
 
@@ -128,7 +130,7 @@ def test_graphs_that_score_one_position_decode_without_drafts(tiny_builds):
     assert not llm.decoder.scores_every_position
     result = llm.generate([5, 6, 7, 5, 6, 7, 5, 6], max_new_tokens=8, draft=True).run()
     assert result.completion_tokens > 0 and result.drafted_tokens == 0
-    with pytest.raises(RuntimeModelError, match="score only their last position: rebuild"):
+    with pytest.raises(RuntimeModelError, match="score only their last position; only the CPU target"):
         llm.decoder.score([5, 6])
 
 
