@@ -145,12 +145,12 @@ class Decoder:
         logits = None
         rest = list(ids)
         if self.start_session is not None and self.cache.length == 0:
-            logits = self._run(rest[:1], 1, self.start_session)
+            logits = self._run(rest[:1], 1, self.start_session)[0]
             rest = rest[1:]
         while rest:
             seq = self._bucket(len(rest))
             chunk, rest = rest[:seq], rest[seq:]
-            logits = self._run(chunk, seq)
+            logits = self._run(chunk, seq)[0]
         return logits
 
     def score(self, ids: list[int]) -> np.ndarray:
@@ -164,7 +164,7 @@ class Decoder:
             raise ValueError(f"score() takes 1 to {self.buckets[0]} tokens, got {len(ids)}")
         if len(self.tokens) + len(ids) > self.context:
             raise ContextOverflowError(len(ids), self.context, cached=len(self.tokens))
-        return self._run(list(ids), len(ids), rows=len(ids)).reshape(len(ids), -1)
+        return self._run(list(ids), len(ids), rows=len(ids))
 
     def _bucket(self, remaining: int) -> int:
         """Full chunks of the largest bucket, then one run of the smallest bucket holding the rest.
@@ -181,7 +181,7 @@ class Decoder:
         return min(b for b in self.buckets if b >= remaining)
 
     def _run(self, chunk: list[int], seq: int, session=None, rows: int = 1) -> np.ndarray:
-        """One graph run; the logits of the last `rows` positions ([vocab] for one, else [rows, vocab])."""
+        """One graph run; the logits of its last `rows` positions, [rows, vocab]."""
         n = len(chunk)
         if (seq, rows) not in self.io:  # an exact-length chunk of the in-place graph: its buffers, made once
             g = self.manifest.graph("prefill", self.buckets[0])
@@ -199,8 +199,7 @@ class Decoder:
                 self.cache.write(i, out[f"new_key_{i}"], out[f"new_value_{i}"], n)
         self.cache.advance(n)
         self.tokens.extend(chunk)
-        logits = out["logits"][0]
-        return (logits[0] if rows == 1 else logits).copy()  # the buffer is overwritten by the next step
+        return out["logits"][0].copy()  # the buffer is overwritten by the next step
 
     def _rows_inputs(self, inputs: dict, chunk: list[int], seq: int) -> None:
         """Left-padded ids, their rotary rows and the additive mask (padding and future masked)."""

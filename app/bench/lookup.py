@@ -3,9 +3,10 @@
     cost      a check of W tokens (`Decoder.score`) beside a one-token step, after `cached` tokens,
               widths interleaved, medians
     rounding  real answer prompts (the assistant's own, one per question): greedy decoding a token
-              per step, then the same tokens checked CHECK_WIDTH at a time as prompt lookup does:
-              how far the leader's lead over the runner-up moves between the two, and at how many
-              positions the check would pick another token (runtime/lookup.py says why they differ)
+              per step, then the same tokens checked as prompt lookup checks them (the current
+              token and the LLM's `draft_tokens` at a time): how far the leader's lead over the
+              runner-up moves between the two, and at how many positions the check would pick
+              another token (runtime/lookup.py says why they differ)
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import statistics
 import time
 
 import numpy as np
-
-CHECK_WIDTH = 7  # the current token and 6 drafted ones: RuntimeOptions.draft_tokens' default
 
 
 def check_cost(llm, widths: list[int], cached: int = 400, repeats: int = 6) -> dict[int, float]:
@@ -41,20 +40,20 @@ def _lead(row: np.ndarray, first: int, second: int) -> float:
 def lead_shift(llm, prompts: list[list[int]], steps: int = 40) -> dict:
     """Over the greedy answers to `prompts`: how far checks move the lead (percentiles, logits) and
     how many positions they would pick another token at."""
-    dec = llm.decoder
+    dec, width = llm.decoder, llm.draft_tokens + 1
     shifts, flips = [], 0
     for prompt in prompts:
         dec.reset()
         logits, answer, stepped = dec.feed(prompt), [], []
         for _ in range(steps):
             token = int(np.argmax(logits))
-            if token in llm.stop_ids or len(dec.tokens) + CHECK_WIDTH >= dec.context:
+            if token in llm.stop_ids or len(dec.tokens) + width >= dec.context:
                 break
             answer.append(token)
             logits = dec.feed([token])
             stepped.append(logits)
         dec.rewind(len(prompt))
-        checked = [row for i in range(0, len(answer), CHECK_WIDTH) for row in dec.score(answer[i:i + CHECK_WIDTH])]
+        checked = [row for i in range(0, len(answer), width) for row in dec.score(answer[i:i + width])]
         for one, check in zip(stepped, checked):
             second, first = np.argsort(one)[-2:]
             shifts.append(abs(_lead(one, first, second) - _lead(check, first, second)))
