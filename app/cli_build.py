@@ -73,7 +73,8 @@ def _report(line: str) -> None:
 _quant_option = click.option(
     "--quant", default="none", show_default=True,
     help="none (float; fp16 on HTP) | w8a16 | w4a16 | w4a16-mixed | w4a16-gguf | a JSON recipe file: PTQ for HTP with --calib text | "
-         "int4 | int8: block-quantized graphs for the CPU backend (LLMs; GGUF blocks kept exactly).")
+         "int4 | int8: block-quantized graphs for the CPU backend (LLMs; GGUF blocks kept exactly) | "
+         "int4-requant: the CPU backend's faster, less accurate layout.")
 _calib_options = [
     click.option("--calib", "calib", multiple=True, type=click.Path(path_type=Path),
                  help="Calibration text for w8a16/w4a16: files or directories (.md .txt .jsonl .json); "

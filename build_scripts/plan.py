@@ -19,6 +19,7 @@ from typing import Annotated, Callable, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from build_scripts.build import QUERY_SHAPE, build_embedder, build_llm
+from build_scripts.graph.blocks import CPU_RECIPES
 from models.manifest import Manifest, load_manifest
 
 
@@ -37,11 +38,7 @@ class CpuBlocks(_Plan):
     blocks are kept exactly)."""
 
     kind: Literal["cpu-blocks"] = "cpu-blocks"
-    bits: Literal[4, 8]
-
-    @property
-    def recipe(self) -> str:
-        return f"int{self.bits}"
+    recipe: Literal["int4", "int8", "int4-requant"]  # graph/blocks.CPU_RECIPES
 
 
 class HtpPtq(_Plan):
@@ -56,7 +53,6 @@ class HtpPtq(_Plan):
 
 
 Quantization = Annotated[Union[FloatGraphs, CpuBlocks, HtpPtq], Field(discriminator="kind")]
-CPU_BLOCK_NAMES = {"int4": 4, "int8": 8}
 
 
 def parse_quant(value: str, calib: tuple[Path, ...] = (), samples: int = 64,
@@ -64,8 +60,8 @@ def parse_quant(value: str, calib: tuple[Path, ...] = (), samples: int = 64,
     """The CLI's one `--quant` word as the mechanism it names."""
     if value == "none":
         return FloatGraphs()
-    if value in CPU_BLOCK_NAMES:
-        return CpuBlocks(bits=CPU_BLOCK_NAMES[value])
+    if value in CPU_RECIPES:
+        return CpuBlocks(recipe=value)
     return HtpPtq(recipe=value, calib=tuple(calib), samples=samples, eval_samples=eval_samples)
 
 

@@ -14,6 +14,7 @@ from gguf.quants import dequantize, quantize as gguf_quantize
 from app.quickstart import _ready
 from build_scripts.build import build_llm
 from build_scripts.errors import BuildError
+from build_scripts.plan import BuildPlan, LLMShape, build_model, parse_quant
 from build_scripts.graph import blocks
 from build_scripts.quantize.source_grid import grid_of
 from models.manifest import load_manifest
@@ -95,6 +96,28 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
     for step, got in enumerate(logits):
         c = cosine(got, expected[len(prompt) - 1 + step])
         assert c >= 0.995, f"step {step}: cosine {c:.5f}"
+
+
+def test_int4_requant_drops_the_min_term(q4_sources, tmp_path):
+    """`--quant int4-requant`: Q4_1 re-quantized to integer zero points (no min term), the Q8_0
+    embedding kept; fewer bytes and nodes than int4, and logits still near the file's own."""
+    src = q4_sources / "q41.gguf"
+    plan = BuildPlan(weights=str(src), out=tmp_path / "rq", shape=LLMShape(context=tm.MAX_POS // 2, prefill=(16, 4)),
+                     quant=parse_quant("int4-requant"), progress=False)
+    m = build_model(plan)
+    assert m.quantization.recipe == "int4-requant"
+    assert m.quantization.weights == {"re-quantized from Q4_1 (4-bit asymmetric, round-to-nearest)": 14,
+                                      "gguf Q8_0 (exact)": 1}
+    build_llm(src, tmp_path / "i4", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
+    exact = load_manifest(tmp_path / "i4").quantization
+    assert m.quantization.linear_bytes < exact.linear_bytes
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "rq" / "step.onnx"), load_external_data=False).graph.node]
+    assert "ReduceSum" not in ops and "MatMul" not in ops and ops.count("MatMulNBits") == 4 * tm.N_LAYER + 1
+    prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
+    tokens, logits = run_greedy(tmp_path / "rq", prompt, 8)
+    expected = RefDecoder.from_gguf(src).logits(tokens)
+    worst = min(cosine(got, expected[len(prompt) - 1 + i]) for i, got in enumerate(logits))
+    assert 0.95 <= worst < 0.999, worst  # a second rounding: close, but no longer the file's own weights
 
 
 def test_int8_and_float_sources(tiny_sources, tmp_path):
