@@ -15,6 +15,7 @@ import click
 
 from app.cli_common import friendly as _friendly
 from app.cli_knowledge import eval_retrieval
+from runtime.options import RuntimeOptions
 
 _model = click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
                       help="hexrag model directory (hexrag build llm ...).")
@@ -55,6 +56,8 @@ def bench() -> None:
 @click.option("--threads", default=2, show_default=True, help="CPU threads for every system.")
 @click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
               help="hexrag's backend (htp: the NPU on a Snapdragon device; on x86 the slow simulator).")
+@click.option("--spin-us", type=click.IntRange(0, 100_000), default=RuntimeOptions.model_fields["spin_us"].default,
+              show_default=True, help="How long hexrag's idle CPU workers spin before they sleep (0: never).")
 @click.option("--background-load", default=0, show_default=True, type=click.IntRange(min=0),
               help="Busy-looping processes run beside every system's run (started before, stopped after it): "
                    "speed on a shared CPU. 0: none.")
@@ -62,13 +65,14 @@ def bench() -> None:
               help="Also draw TTFT and decode speed per prompt length into this PNG (needs matplotlib).")
 @_json
 @_friendly
-def bench_llm(model_dir, peers, gguf, genai_model, lengths, gen, runs, threads, backend, background_load, plot,
-              as_json) -> None:
+def bench_llm(model_dir, peers, gguf, genai_model, lengths, gen, runs, threads, backend, spin_us, background_load,
+              plot, as_json) -> None:
     """hexrag's CPU backend vs its peers: TTFT, prefill and decode tok/s, peak RSS, with ratios."""
     from app.bench.llm_speed import compare, format_table, parse_peers
 
     result = compare(model_dir, parse_peers(peers), _ints(lengths), gen, runs, threads, gguf=gguf,
-                     genai_model=genai_model, backend=backend, progress=not as_json, background_load=background_load)
+                     genai_model=genai_model, backend=backend, progress=not as_json, background_load=background_load,
+                     spin_us=spin_us)
     if plot:
         from app.bench.plots import plot_comparison
         from app.bench.report import commit

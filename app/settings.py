@@ -35,12 +35,13 @@ class RuntimeSettings(BaseSettings):
     qnn_performance_mode: str = "burst"
     qnn_log_level: str = "error"  # verbose | info | warning | error | fatal
     threads: int | None = None
+    spin_us: int = Field(default=RuntimeOptions.model_fields["spin_us"].default, ge=0, le=100_000)  # 0: never
     # profiling: an ONNX Runtime profile per CPU session, QNN's detailed profile per HTP session
     profile: Path | None = None
     qnn_profile: Path | None = None
 
     def runtime(self, backend: str) -> RuntimeOptions:
-        return RuntimeOptions(backend=backend, threads=self.threads, target=self.qnn_target,
+        return RuntimeOptions(backend=backend, threads=self.threads, spin_us=self.spin_us, target=self.qnn_target,
                               soc_model=self.qnn_soc_model, performance_mode=self.qnn_performance_mode,
                               log_level=self.qnn_log_level, profile_dir=self.profile, qnn_profile_dir=self.qnn_profile)
 

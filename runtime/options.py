@@ -26,6 +26,9 @@ class RuntimeOptions(BaseModel):
 
     backend: Literal["cpu", "htp"] = "cpu"
     threads: int | None = None  # host threads per session; None: every core this process may run on
+    # how long an idle ONNX Runtime worker busy-waits for the next parallel section before it sleeps
+    # (CPU sessions; 0: never). Short on purpose: runtime/session.py says why
+    spin_us: int = Field(default=20, ge=0, le=100_000)
     # prompt-lookup decoding (runtime/lookup.py): a generation that asks for it (`LLM.generate(draft=
     # True)`) checks up to this many tokens drafted from its context per step (0: never drafts)
     draft_tokens: int = Field(default=6, ge=0, le=31)

@@ -116,15 +116,14 @@ def provider_options(*, soc_model: int | None = None, htp_arch: int | None = Non
 
 
 def session_options(provider_opts: dict[str, str], *, log_level: str | int = "error",
-                    threads: int | None = None, config: dict[str, str] | None = None,
-                    spinning: bool = False) -> ort.SessionOptions:
+                    threads: int | None = None, config: dict[str, str] | None = None) -> ort.SessionOptions:
     """SessionOptions with the QNN EP added for its device(s) and CPU fallback disabled; the host
     thread pool as runtime.session.thread_options sets it (no spinning: it idles while HTP runs)."""
     from runtime.session import thread_options
 
     so = ort.SessionOptions()
     so.log_severity_level = log_severity(log_level)
-    thread_options(so, threads, spinning)
+    thread_options(so, threads)
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     for k, v in (config or {}).items():
         so.add_session_config_entry(k, str(v))

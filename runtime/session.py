@@ -18,16 +18,16 @@ import onnxruntime as ort
 from runtime.errors import RuntimeModelError
 from runtime.options import RuntimeOptions
 
-# ONNX Runtime's intra-op workers busy-wait for work between parallel sections by default. On a
-# CPU shared with other processes that spinning costs more than it saves: the spinning worker
-# takes the time slices the thread holding the work needs, and a parallel section waits for a
-# worker that was preempted. Measured on SmolLM2-135M int4, 2 threads on 2 cores, interleaved
-# (docs/benchmarks.md, 2026-12-02): with other processes busy (load 6-9) decode 16 -> 26 tok/s
-# and TTFT@128 1.49 -> 1.16 s; with two busy-loop processes more, 8.2 -> 13.8 tok/s.
-INTRA_OP_SPINNING = False
+# ONNX Runtime's intra-op workers busy-wait for the next parallel section before they sleep. A
+# decode step is hundreds of small parallel sections, and waking a sleeping worker for each costs
+# more than the section on a small model; but on a CPU other processes keep busy, a spinning worker
+# takes the time slices the thread holding the work needs. ONNX Runtime's default spin (2^20 polls)
+# lost 35% of SmolLM2's decode beside two busy processes; no spin lost 25% on a quiet
+# machine. A spin of 20 us bridges the gaps between a step's sections and gives up soon after
+# (docs/benchmarks.md, "On a shared CPU"). RuntimeOptions.spin_us sets it; 0 turns spinning off.
 
 
-def thread_options(options: ort.SessionOptions, threads: int | None, spinning: bool = INTRA_OP_SPINNING) -> None:
+def thread_options(options: ort.SessionOptions, threads: int | None, spin_us: int = 0) -> None:
     """The CPU thread pool of a session (the CPU EP's, or the host side of a QNN session).
 
     The thread count is always given to ONNX Runtime explicitly: when it picks the count itself
@@ -36,7 +36,9 @@ def thread_options(options: ort.SessionOptions, threads: int | None, spinning: b
     count = threads or len(os.sched_getaffinity(0))
     options.intra_op_num_threads = count
     options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_us else "0")
+    if spin_us:
+        options.add_session_config_entry("session.intra_op.spin_duration_us", str(spin_us))
 
 
 class GraphSession:
@@ -51,25 +53,25 @@ class GraphSession:
                         more than one graph (devices only: the x86 simulator cannot load them).
       provider_options  extra QNN provider options, passed through.
       session_config    extra session config entries, passed through.
-    Both: spinning=True lets ONNX Runtime's idle workers busy-wait (off by default: see
-    INTRA_OP_SPINNING). CPU only: prepack=False keeps weights memory-mapped instead of packing a
-    copy per session.
+    CPU only: prepack=False keeps weights memory-mapped instead of packing a copy per session;
+    the workers spin for `options.spin_us` (an HTP session's host threads never spin: they idle
+    while the NPU runs).
     """
 
     def __init__(self, path: Path, options: RuntimeOptions = RuntimeOptions(), *, htp_arch: int | None = None,
                  fp16: bool | None = None, share_ep_contexts: bool | None = None,
                  provider_options: dict[str, str] | None = None, session_config: dict[str, str] | None = None,
-                 prepack: bool = True, spinning: bool = INTRA_OP_SPINNING):
+                 prepack: bool = True):
         self.path = Path(path)
         self.backend = options.backend
         if not self.path.is_file():
             raise RuntimeModelError(f"graph file {self.path} is missing; rebuild the model")
         if self.backend == "htp":
             self._session = self._htp_session(options, htp_arch, fp16, share_ep_contexts, provider_options,
-                                              session_config, spinning)
+                                              session_config)
         else:
             so = ort.SessionOptions()
-            thread_options(so, options.threads, spinning)
+            thread_options(so, options.threads, options.spin_us)
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             # ONNX Runtime fuses a block-wise DequantizeLinear + MatMul (a w4a16 or block-int8 HTP
             # graph) into MatMulNBits, by default at accuracy level 4: int8 activations, not the
@@ -89,8 +91,8 @@ class GraphSession:
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.input_shapes = {i.name: list(i.shape) for i in self._session.get_inputs()}  # symbolic dims as str
 
-    def _htp_session(self, opts: RuntimeOptions, htp_arch, fp16, share, extra_options, extra_config,
-                     spinning) -> ort.InferenceSession:
+    def _htp_session(self, opts: RuntimeOptions, htp_arch, fp16, share, extra_options,
+                     extra_config) -> ort.InferenceSession:
         from runtime import qnn
 
         kind = qnn.inspect_graph(self.path)
@@ -112,8 +114,7 @@ class GraphSession:
             extra_options = {"profiling_level": "detailed", "profiling_file_path": str(csv), **(extra_options or {})}
         options = qnn.provider_options(soc_model=opts.soc_model, htp_arch=htp_arch,
                                        performance_mode=opts.performance_mode, fp16=fp16, extra=extra_options)
-        so = qnn.session_options(options, log_level=opts.log_level, threads=opts.threads, config=config,
-                                 spinning=spinning)
+        so = qnn.session_options(options, log_level=opts.log_level, threads=opts.threads, config=config)
         try:
             return ort.InferenceSession(str(self.path), so)
         except Exception as e:  # noqa: BLE001 - ORT raises Fail / EPFail / InvalidArgument ...

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from app.bench import llm_speed
 from app.bench.load import HOG_MARK, CpuHog
 from app.cli import main
+from app.settings import RuntimeSettings
 from runtime.options import RuntimeOptions
 from runtime.session import GraphSession
 
@@ -74,7 +75,7 @@ def test_hogs_end_when_the_benchmark_dies():
                               stdout=subprocess.PIPE, text=True)
     try:
         hog = int(parent.stdout.readline())
-        assert hog in _hogs(parent.pid)
+        assert _wait_for(lambda: hog in _hogs(parent.pid))  # its command line may come a moment later
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
@@ -114,11 +115,12 @@ def test_bench_cli_background_load(tiny_builds):
     assert bad.exit_code == 2 and "--background-load" in bad.output
 
 
-def test_cpu_sessions_do_not_spin_and_are_not_pinned(tiny_builds):
+def test_cpu_sessions_spin_briefly_and_are_not_pinned(tiny_builds, monkeypatch):
     graph = next(tiny_builds["bert"].glob("embed.onnx"))
     session = GraphSession(graph)  # no thread count given: every core this process may use
     options = session._session.get_session_options()
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.intra_op.spin_duration_us") == "20"
     assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
     ids = np.ones((4, 32), np.int32)
     session.run({"input_ids": ids, "attention_mask": ids})
@@ -127,6 +129,10 @@ def test_cpu_sessions_do_not_spin_and_are_not_pinned(tiny_builds):
     allowed = {Path(t / "status").read_text().split("Cpus_allowed_list:")[1].split()[0]
                for t in Path(f"/proc/{os.getpid()}/task").iterdir()}
     assert len(allowed) == 1
-    spinning = GraphSession(graph, RuntimeOptions(threads=1), spinning=True)._session.get_session_options()
-    assert spinning.get_session_config_entry("session.intra_op.allow_spinning") == "1"
-    assert spinning.intra_op_num_threads == 1
+    still = GraphSession(graph, RuntimeOptions(threads=1, spin_us=0))._session.get_session_options()
+    assert still.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert still.intra_op_num_threads == 1
+    # HEXRAG_SPIN_US reaches the options every command opens its models with
+    assert RuntimeSettings().runtime("cpu").spin_us == 20
+    monkeypatch.setenv("HEXRAG_SPIN_US", "0")
+    assert RuntimeSettings().runtime("cpu").spin_us == 0

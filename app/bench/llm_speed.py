@@ -76,6 +76,7 @@ class Comparison:
     backend: str = "cpu"
     background_load: int = 0  # busy-looping processes beside every run
     cores: int | None = None  # the cores the benchmark could use
+    spin_us: int = 0  # how long hexrag's CPU workers spin (RuntimeOptions.spin_us)
 
     def summary(self) -> dict:
         """Medians per system (what --json prints, next to the raw runs)."""
@@ -157,7 +158,7 @@ def _spawn(spec: RunSpec) -> dict:
 
 def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, runs: int, threads: int,
             gguf: Path | None = None, genai_model: Path | None = None, backend: str = "cpu",
-            progress: bool = True, background_load: int = 0) -> Comparison:
+            progress: bool = True, background_load: int = 0, spin_us: int = 0) -> Comparison:
     from tqdm import tqdm
 
     from models.manifest import load_manifest
@@ -184,7 +185,7 @@ def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, run
                 if s.status is None:
                     try:
                         spec = RunSpec(s.name, s.model, list(lengths), gen, threads,
-                                       backend if s.name == "hexrag" else "cpu")
+                                       backend if s.name == "hexrag" else "cpu", spin_us)
                         s.runs.append(_run_beside(spec, background_load))
                     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
                         if s.name == "hexrag":
@@ -192,7 +193,7 @@ def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, run
                         s.status, s.runs = f"failed: {e}", []
                 bar.update()
     return Comparison(str(model_dir), list(lengths), gen, runs, threads, systems, backend, background_load,
-                      cpu_count())
+                      cpu_count(), spin_us)
 
 
 def _cell(value: float, ref: float | None, fmt: str) -> str:
@@ -232,7 +233,7 @@ def format_table(c: Comparison) -> str:
             cell("decode_tok_s", ".1f"), _span(row["decode_tok_s_range"]), cell("peak_rss_mb", ".0f"),
             _span(row["load_average"])]) + " |")
     notes = [f"medians of {c.runs} interleaved run(s), one process per run; {c.gen} generated tokens, greedy, "
-             f"{c.threads} thread(s); hexrag on {c.backend}, peers on the CPU; decode = median over the prompt lengths; (n×) = peer ÷ hexrag (TTFT and RSS: lower is better; tok/s: higher is better)"]
+             f"{c.threads} thread(s); hexrag on {c.backend} (workers spin {c.spin_us} µs), peers on the CPU; decode = median over the prompt lengths; (n×) = peer ÷ hexrag (TTFT and RSS: lower is better; tok/s: higher is better)"]
     hog = (f"{c.background_load} busy-looping process(es) beside every run" if c.background_load
            else "no background load from the benchmark")
     notes.append(f"{hog}, {c.cores or '?'} core(s); decode min–max over runs; load avg = the 1-minute load "

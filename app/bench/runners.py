@@ -33,6 +33,7 @@ class RunSpec:
     gen: int
     threads: int
     backend: str = "cpu"  # hexrag only: "htp" measures the NPU (on a device; on x86 the simulator)
+    spin_us: int = 0  # hexrag only: RuntimeOptions.spin_us
 
 
 def warmup_length(spec: RunSpec) -> int:
@@ -77,7 +78,7 @@ def run_hexrag(spec: RunSpec) -> dict:
     from runtime.llm import LLM
     from runtime.options import RuntimeOptions
 
-    llm = LLM(spec.model, RuntimeOptions(backend=spec.backend, threads=spec.threads))
+    llm = LLM(spec.model, RuntimeOptions(backend=spec.backend, threads=spec.threads, spin_us=spec.spin_us))
     llm.stop_ids = set()  # exactly `gen` tokens
     llm.generate(prompt_of(llm, warmup_length(spec)), max_new_tokens=WARMUP_GEN).run()
     rows = run_lengths(llm, spec.lengths, spec.gen, runs=1)
