@@ -19,6 +19,7 @@ PERFORMANCE_MODES = ("burst", "sustained_high_performance", "high_performance", 
                      "extreme_power_saver")
 # ONNX Runtime severities; QNN's own log level follows the session's severity
 LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
+SPIN_US = 20  # CPU workers' spin before they sleep (runtime/session.py says why it is short)
 
 
 class RuntimeOptions(BaseModel):
@@ -27,8 +28,8 @@ class RuntimeOptions(BaseModel):
     backend: Literal["cpu", "htp"] = "cpu"
     threads: int | None = None  # host threads per session; None: every core this process may run on
     # how long an idle ONNX Runtime worker busy-waits for the next parallel section before it sleeps
-    # (CPU sessions; 0: never). Short on purpose: runtime/session.py says why
-    spin_us: int = Field(default=20, ge=0, le=100_000)
+    # (CPU sessions; 0: never)
+    spin_us: int = Field(default=SPIN_US, ge=0, le=100_000)
     # prompt-lookup decoding (runtime/lookup.py): a generation that asks for it (`LLM.generate(draft=
     # True)`) checks up to this many tokens drafted from its context per step (0: never drafts)
     draft_tokens: int = Field(default=6, ge=0, le=31)

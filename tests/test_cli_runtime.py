@@ -62,7 +62,8 @@ def test_a_bad_setting_is_named_in_one_line(tiny_builds):
     import os
 
     for name, value, why in (("HEXRAG_PROMPT_LOOKUP", "sometimes", "'voice', 'all' or 'off'"),
-                             ("HEXRAG_THREADS", "abc", "valid integer")):
+                             ("HEXRAG_THREADS", "abc", "valid integer"),
+                             ("HEXRAG_SPIN_US", "-1", "greater than or equal to 0")):
         env = {**os.environ, name: value}
         for args in (("ask", "hi", "--llm", str(tiny_builds["llama"])), ("serve", "--port", "1")):
             proc = subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,

@@ -25,6 +25,7 @@ from pathlib import Path
 from app.bench.errors import BenchError
 from app.bench.load import CpuHog, cpu_count
 from app.bench.runners import RunSpec
+from runtime.options import SPIN_US
 
 PEERS = {"llama.cpp": "llama.cpp", "llamacpp": "llama.cpp", "llama-cpp": "llama.cpp",
          "genai": "genai", "onnxruntime-genai": "genai", "ort-genai": "genai"}
@@ -76,7 +77,7 @@ class Comparison:
     backend: str = "cpu"
     background_load: int = 0  # busy-looping processes beside every run
     cores: int | None = None  # the cores the benchmark could use
-    spin_us: int = 0  # how long hexrag's CPU workers spin (RuntimeOptions.spin_us)
+    spin_us: int = SPIN_US  # how long hexrag's CPU workers spin (RuntimeOptions.spin_us)
 
     def summary(self) -> dict:
         """Medians per system (what --json prints, next to the raw runs)."""
@@ -158,7 +159,7 @@ def _spawn(spec: RunSpec) -> dict:
 
 def compare(model_dir: Path, peers: list[str], lengths: list[int], gen: int, runs: int, threads: int,
             gguf: Path | None = None, genai_model: Path | None = None, backend: str = "cpu",
-            progress: bool = True, background_load: int = 0, spin_us: int = 0) -> Comparison:
+            progress: bool = True, background_load: int = 0, spin_us: int = SPIN_US) -> Comparison:
     from tqdm import tqdm
 
     from models.manifest import load_manifest

@@ -167,7 +167,7 @@ CPU_RECIPES = {
             "to 4-bit blocks of 32 (8-bit for the LM head and Q5 types); integer kernels (accuracy level 4)",
     "int8": "8-bit blocks of 32 for every linear layer and the LM head (GGUF Q8_0/Q6_K exact); "
             "integer kernels (accuracy level 4)",
-    # ONNX Runtime GenAI's layout: no min term and no 8-bit blocks of 16. Qwen2.5-1.5B decodes 1.27x
+    # ONNX Runtime GenAI's layout: no min term and no 8-bit blocks of 16. Qwen2.5-1.5B decodes about 1.3x
     # faster and answers 3.5-5 points less often correctly (docs/benchmarks.md), so not the default.
     "int4-requant": "every linear layer re-quantized to 4-bit blocks of 32 with integer zero points "
                     "(8-bit for the LM head; round-to-nearest from the GGUF's values, Q4_0/Q8_0 kept); "
