@@ -21,8 +21,8 @@ from runtime.options import RuntimeOptions
 # ONNX Runtime's intra-op workers busy-wait for the next parallel section before they sleep. A
 # decode step is hundreds of small parallel sections, and waking a sleeping worker for each costs
 # more than the section on a small model; but on a CPU other processes keep busy, a spinning worker
-# takes the time slices the thread holding the work needs. ONNX Runtime's default spin (2^20 polls)
-# lost 35% of SmolLM2's decode beside two busy processes; no spin lost 25% on a quiet
+# takes the time slices the thread holding the work needs. Measured on SmolLM2 (python -m
+# runtime.ab): a long spin lost 27-31% of decode beside busy processes, no spin 27% on a quiet
 # machine. A spin of 20 us bridges the gaps between a step's sections and gives up soon after
 # (docs/benchmarks.md, "On a shared CPU"). RuntimeOptions.spin_us sets it; 0 turns spinning off.
 

@@ -206,3 +206,20 @@ def test_decode_profile_counts_every_node_of_a_step(q4_sources, tmp_path):
     assert ops["outside nodes"]["ms"] >= 0 and sum(r["share"] for r in s["ops"]) == pytest.approx(1.0)
     with pytest.raises(SystemExit, match="exceed the model's context 48"):
         profile_decode(str(out), prompt=40, steps=16)
+
+
+def test_ab_runs_every_build_and_spin_in_turn(q4_sources, tmp_path, capsys):
+    """`python -m runtime.ab`: each (build, spin) pair loaded once, measured in every round."""
+    from runtime import ab
+
+    out = tmp_path / "q40"
+    build_llm(q4_sources / "q40.gguf", out, context=48, prefill=(16, 4), progress=False, quant="int4")
+    speeds = ab.run_ab([str(out)], [0, 20], prompt=8, gen=4, rounds=3, threads=1)
+    assert list(speeds) == [(str(out), 0), (str(out), 20)]
+    assert all(len(v) == 3 and min(v) > 0 for v in speeds.values())
+    ab.main(["--model", str(out), "--spin-us", "0,20", "--prompt", "8", "--gen", "4", "--rounds", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("decode tok/s, 8-token prompt, 4 tokens, 2 interleaved rounds")
+    assert [ln.split(":")[0] for ln in lines[1:]] == [f"{out}  spin 0 us", f"{out}  spin 20 us"]
+    with pytest.raises(SystemExit, match="exceed"):
+        ab.main(["--model", str(out), "--prompt", "40", "--gen", "9"])
