@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from models.manifest import ManifestError
 from runtime.bench import prompt_of
+from runtime.errors import RuntimeModelError
 from runtime.options import SPIN_US, RuntimeOptions
 
 
@@ -27,7 +29,7 @@ def run_ab(models: list[str], spins: list[int], prompt: int, gen: int, rounds: i
     for llm in llms.values():
         llm.stop_ids = set()  # exactly `gen` tokens
         if prompt + gen > llm.context:
-            raise SystemExit(f"error: prompt {prompt} + {gen} tokens exceed {llm.name}'s context {llm.context}")
+            raise RuntimeModelError(f"prompt {prompt} + {gen} tokens exceed {llm.name}'s context {llm.context}")
     speeds: dict[tuple[str, int], list[float]] = {key: [] for key in llms}
     for _ in range(rounds):
         for key, llm in llms.items():
@@ -45,8 +47,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
-    speeds = run_ab(args.model.split(","), [int(s) for s in args.spin_us.split(",")], args.prompt, args.gen,
-                    args.rounds, args.threads)
+    try:
+        spins = [int(s) for s in args.spin_us.split(",")]
+    except ValueError:
+        spins = [-1]
+    if not all(0 <= s <= 100_000 for s in spins):
+        raise SystemExit(f"error: --spin-us takes microseconds from 0 to 100000, comma-separated (got {args.spin_us!r})")
+    try:
+        speeds = run_ab(args.model.split(","), spins, args.prompt, args.gen, args.rounds, args.threads)
+    except (ManifestError, RuntimeModelError) as e:  # a directory that is no build, a prompt too long
+        raise SystemExit(f"error: {e}") from None
     print(f"decode tok/s, {args.prompt}-token prompt, {args.gen} tokens, {args.rounds} interleaved rounds")
     for (model, spin), v in speeds.items():
         print(f"{model}  spin {spin} us: {statistics.median(v):.1f} ({min(v):.1f}–{max(v):.1f})")

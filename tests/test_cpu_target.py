@@ -221,5 +221,9 @@ def test_ab_runs_every_build_and_spin_in_turn(q4_sources, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("decode tok/s, 8-token prompt, 4 tokens, 2 interleaved rounds")
     assert [ln.split(":")[0] for ln in lines[1:]] == [f"{out}  spin 0 us", f"{out}  spin 20 us"]
-    with pytest.raises(SystemExit, match="exceed"):
-        ab.main(["--model", str(out), "--prompt", "40", "--gen", "9"])
+    # bad input: one line each, no traceback
+    for args, why in ((["--prompt", "40", "--gen", "9"], "exceed"), (["--spin-us", "0,-5"], "from 0 to 100000")):
+        with pytest.raises(SystemExit, match=why):
+            ab.main(["--model", str(out), *args])
+    with pytest.raises(SystemExit, match="not a hexrag model directory"):
+        ab.main(["--model", str(tmp_path / "nothing")])
