@@ -15,7 +15,7 @@ import click
 
 from app.cli_common import friendly as _friendly
 from app.cli_knowledge import eval_retrieval
-from runtime.options import SPIN_US
+from runtime.options import MAX_SPIN_US, SPIN_US
 
 _model = click.option("--model", "model_dir", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
                       help="hexrag model directory (hexrag build llm ...).")
@@ -56,7 +56,7 @@ def bench() -> None:
 @click.option("--threads", default=2, show_default=True, help="CPU threads for every system.")
 @click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
               help="hexrag's backend (htp: the NPU on a Snapdragon device; on x86 the slow simulator).")
-@click.option("--spin-us", type=click.IntRange(0, 100_000), default=SPIN_US,
+@click.option("--spin-us", type=click.IntRange(0, MAX_SPIN_US), default=SPIN_US,
               show_default=True, help="How long hexrag's idle CPU workers spin before they sleep (0: never).")
 @click.option("--background-load", default=0, show_default=True, type=click.IntRange(min=0),
               help="Busy-looping processes run beside every system's run (started before, stopped after it): "

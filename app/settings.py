@@ -11,7 +11,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models import home
-from runtime.options import SPIN_US, RuntimeOptions
+from runtime.options import MAX_SPIN_US, SPIN_US, RuntimeOptions
 
 
 def is_loopback(name: str) -> bool:
@@ -35,7 +35,7 @@ class RuntimeSettings(BaseSettings):
     qnn_performance_mode: str = "burst"
     qnn_log_level: str = "error"  # verbose | info | warning | error | fatal
     threads: int | None = None
-    spin_us: int = Field(default=SPIN_US, ge=0, le=100_000)  # 0: CPU workers never spin
+    spin_us: int = Field(default=SPIN_US, ge=0, le=MAX_SPIN_US)  # 0: CPU workers never spin
     # profiling: an ONNX Runtime profile per CPU session, QNN's detailed profile per HTP session
     profile: Path | None = None
     qnn_profile: Path | None = None

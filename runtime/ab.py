@@ -17,7 +17,7 @@ import statistics
 from models.manifest import ManifestError
 from runtime.bench import prompt_of
 from runtime.errors import RuntimeModelError
-from runtime.options import SPIN_US, RuntimeOptions
+from runtime.options import MAX_SPIN_US, SPIN_US, RuntimeOptions
 
 
 def run_ab(models: list[str], spins: list[int], prompt: int, gen: int, rounds: int,
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         spins = [int(s) for s in args.spin_us.split(",")]
     except ValueError:
         spins = [-1]
-    if not all(0 <= s <= 100_000 for s in spins):
-        raise SystemExit(f"error: --spin-us takes microseconds from 0 to 100000, comma-separated (got {args.spin_us!r})")
+    if not all(0 <= s <= MAX_SPIN_US for s in spins):
+        raise SystemExit(f"error: --spin-us takes microseconds from 0 to {MAX_SPIN_US}, comma-separated (got {args.spin_us!r})")
     try:
         speeds = run_ab(args.model.split(","), spins, args.prompt, args.gen, args.rounds, args.threads)
     except (ManifestError, RuntimeModelError) as e:  # a directory that is no build, a prompt too long

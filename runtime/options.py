@@ -20,6 +20,7 @@ PERFORMANCE_MODES = ("burst", "sustained_high_performance", "high_performance", 
 # ONNX Runtime severities; QNN's own log level follows the session's severity
 LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
 SPIN_US = 20  # CPU workers' spin before they sleep (runtime/session.py says why it is short)
+MAX_SPIN_US = 100_000
 
 
 class RuntimeOptions(BaseModel):
@@ -29,7 +30,7 @@ class RuntimeOptions(BaseModel):
     threads: int | None = None  # host threads per session; None: every core this process may run on
     # how long an idle ONNX Runtime worker busy-waits for the next parallel section before it sleeps
     # (CPU sessions; 0: never)
-    spin_us: int = Field(default=SPIN_US, ge=0, le=100_000)
+    spin_us: int = Field(default=SPIN_US, ge=0, le=MAX_SPIN_US)
     # prompt-lookup decoding (runtime/lookup.py): a generation that asks for it (`LLM.generate(draft=
     # True)`) checks up to this many tokens drafted from its context per step (0: never drafts)
     draft_tokens: int = Field(default=6, ge=0, le=31)
