@@ -17,7 +17,7 @@ import click
 from app.cli_bench import BENCH_COMMANDS
 from app.cli_build import BUILD_COMMANDS
 from app.cli_chat import CHAT_COMMANDS, stream_answer
-from app.cli_common import friendly as _friendly, invalid
+from app.cli_common import friendly as _friendly, given_settings, invalid
 from app.cli_device import DEVICE_COMMANDS
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
 
@@ -200,10 +200,9 @@ def serve(**options) -> None:
     from app.bundle import bundle_settings
     from app.device import settle
     from app.main import create_app
-    from app.settings import Settings
 
     try:
-        settings = Settings(**{k: v for k, v in options.items() if v is not None})
+        settings = given_settings(**options)
         settings.check()
     except ValidationError as e:
         raise click.UsageError(invalid(e)) from None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from app.cli_common import friendly as _friendly
+from app.cli_common import friendly as _friendly, given_settings
 from app.cli_knowledge import eval_retrieval
 from runtime.options import MAX_SPIN_US, SPIN_US
 
@@ -128,12 +128,10 @@ def bench_lookup(llm, embedder, kb, questions, limit, widths, as_json) -> None:
     from app.bench.answers import load_answer_questions
     from app.bench.lookup import format_lookup, measure
     from app.quickstart import SAMPLES
-    from app.settings import Settings
 
     sizes = _ints(widths)
     items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")[:limit]
-    given = {"llm": llm, "embedder": embedder, "kb": kb}
-    assistant = Assistant(Settings(**{k: v for k, v in given.items() if v is not None}))
+    assistant = Assistant(given_settings(llm=llm, embedder=embedder, kb=kb))
     result = measure(assistant, [q.question for q in items], sizes)
     _echo_json(result) if as_json else click.echo(format_lookup(result))
 
@@ -256,11 +254,9 @@ def eval_answers(questions, llm, embedder, kb, backend, voice, passage_kv, out, 
     from app.assistant import Assistant
     from app.bench.answers import evaluate_answers, format_summary, load_answer_questions
     from app.quickstart import SAMPLES
-    from app.settings import Settings
 
     items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")
-    given = {"llm": llm, "embedder": embedder, "kb": kb, "backend": backend}
-    assistant = Assistant(Settings(passage_kv=passage_kv, **{k: v for k, v in given.items() if v is not None}))
+    assistant = Assistant(given_settings(passage_kv=passage_kv, llm=llm, embedder=embedder, kb=kb, backend=backend))
     result = evaluate_answers(assistant, items, voice=voice, progress=not as_json)
     if out:
         out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from app.cli_common import friendly
+from app.cli_common import friendly, given_settings
 
 _options = [
     click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]"),
@@ -29,10 +29,8 @@ def _with_options(fn):
 def _assistant(llm, embedder, kb, backend, no_rag):
     from app.assistant import Assistant
     from app.device import settle
-    from app.settings import Settings
 
-    given = {"llm": llm, "embedder": embedder, "kb": kb, "backend": backend}
-    settings, choice = settle(Settings(**{k: v for k, v in given.items() if v is not None}), rag=not no_rag)
+    settings, choice = settle(given_settings(llm=llm, embedder=embedder, kb=kb, backend=backend), rag=not no_rag)
     click.echo(choice.line(), err=True)
     return Assistant(settings, rag=not no_rag)
 

@@ -41,3 +41,10 @@ def invalid(e: ValidationError) -> str:
     field = ".".join(str(part) for part in first["loc"])
     name = f"HEXRAG_{field.upper()}" if e.title.endswith("Settings") else f"{e.title}.{field}"
     return f"{name}: {first['msg']} (got {first.get('input')!r})"
+
+
+def given_settings(**options):
+    """Settings from a command's options: an option not given (None) keeps its HEXRAG_* value or default."""
+    from app.settings import Settings
+
+    return Settings(**{k: v for k, v in options.items() if v is not None})
