@@ -218,6 +218,63 @@ def test_a_denial_needs_a_source_that_denies():
     assert Verifier([FAST_ZH]).check("不需要三十六小时，大约需要 30 分钟。").ok is False  # a number still fails
 
 
+WASHER = ("The washer fluid reservoir holds 4 litres and has a blue cap with a windscreen symbol at the front left "
+          "under the bonnet.")
+REPAIR_KIT = "The tyre repair kit is under the boot floor."
+TRACTION = ("Open Settings, then Driver assistance, then Stability, and select Traction control Off. Traction control "
+            "switches back on automatically above 50 km/h and every time you start the car.")
+
+
+@pytest.mark.parametrize("passages, question, answer, ok", [
+    ([WASHER], "where do I top up the screen wash?", "It is at the front left under the bonnet.", True),
+    ([WASHER], "where do I top up the screen wash?", "The reservoir is in the boot.", False),  # a place nowhere said
+    ([WASHER, REPAIR_KIT], "Where's the fuse box?", "The fuse box is under the boot floor.", False),  # the kit's place
+    ([REPAIR_KIT], "where's the tyre repair kit?", "You'll find it under the boot floor.", True),
+    # the driver's own place is theirs to mention, unless it is what they ask
+    ([REPAIR_KIT], "I've got a puncture in the snow, what now?", "Use the tyre repair kit in the snow.", True),
+    ([REPAIR_KIT], "The socket in the boot is dead. Where's the fuse box?", "The fuse box is in the boot.", False),
+    ([WASHER], "洗涤液在哪里加？", "洗涤液壶位于仪表板下方。", False),
+])
+def test_a_place_must_be_said_about_the_same_thing(passages, question, answer, ok):
+    check = Verifier(passages, question).check(answer)
+    assert check.ok is ok, check.unsupported
+    assert ok or check.unsupported[0].kind == "place"
+
+
+@pytest.mark.parametrize("answer, ok", [
+    ("Yes, you should remember to switch the traction control back on.", False),  # the driver's words echoed
+    ("Yes, you do.", False),
+    ("No. It switches back on automatically every time you start the car.", True),
+    ("No, it comes back on by itself above 50 km/h.", True),  # a supported number
+    ("不用，每次启动都会自动打开。", False),  # nothing of the (English) passage
+])
+def test_a_yes_or_no_must_rest_on_something_the_passages_say(answer, ok):
+    question = "I turned the traction control off in a muddy field. Do I need to remember to switch it back on?"
+    check = Verifier([TRACTION], question).check(answer)
+    assert check.ok is ok, check.unsupported
+
+
+def test_a_bare_yes_is_checked_with_the_sentence_after_it():
+    question = "Do I need to remember to switch traction control back on?"
+    said, decision = _answer("Yes. It switches back on automatically every time you start the car.", question,
+                             TRACTION)
+    assert (said, decision) == ("Yes. It switches back on automatically every time you start the car.", "answered")
+    said, decision = _answer("Yes. You need to remember that.", question, TRACTION,
+                             extractive="Traction control switches back on automatically every time you start the car.")
+    assert (said, decision) == ("Traction control switches back on automatically every time you start the car.",
+                                "extractive")
+
+
+@pytest.mark.parametrize("question, quote, ok", [
+    ("where do I top up the screen wash?", WASHER, True),
+    ("where's the fuse box?", "If the breaker trips even at low current, stop using that socket.", False),
+    ("where do I set the charge limit?", "Open Charging > Charge limit and move the slider.", True),  # a menu
+    ("座椅通风在哪儿开？", "座椅加热有三档。", False),
+])
+def test_a_where_question_is_answered_by_a_place(question, quote, ok):
+    assert answers_kind(question, quote) is ok
+
+
 class _ScriptedLLM:
     """Says a fixed answer word by word, as the runtime's LLM streams it."""
 
@@ -246,16 +303,21 @@ SEALANT = ("Use the sealant kit only for small punctures. After sealing, drive n
 def _two_part_answer(model_says: str, question="I just used the goo kit. How far can I drive on it now, and how fast?",
                      passage=SEALANT, supplement=None, part_quote="") -> tuple[str, str]:
     """(the answer's text, the grounding decision) for a scripted model answer to a two-part question."""
+    supplement = supplement or [("How far can I drive on it now", "After sealing, drive no further than 200 km."),
+                                ("how fast?", "Drive at up to 80 km/h until the tyre is replaced.")]
+    return _answer(model_says, question, passage, supplement=supplement, part_quote=part_quote)
+
+
+def _answer(model_says: str, question: str, passage: str, **plan) -> tuple[str, str]:
+    """(the answer's text, the grounding decision) for a scripted model answer; `plan`: more AnswerPlan
+    fields (the extractive quote, the parts' sentences)."""
     from app.answer.pipeline import AnswerPlan, GroundedGeneration
     from app.answer.passages import Passage
     from runtime.sampling import SamplingParams
 
-    hit = _hit("entry", "The question?\n" + passage, 0.6, 8.0)
-    supplement = supplement or [("How far can I drive on it now", "After sealing, drive no further than 200 km."),
-                                ("how fast?", "Drive at up to 80 km/h until the tyre is replaced.")]
     plan = AnswerPlan(question, language(question), voice=False, grounded=True, prompt_ids=[1, 2, 3], max_tokens=64,
-                      passages=[Passage.of(1, hit)], supplement=supplement, part_quote=part_quote,
-                      timings={"plan_ms": 500.0})
+                      passages=[Passage.of(1, _hit("entry", "The question?\n" + passage, 0.6, 8.0))],
+                      timings={"plan_ms": 500.0}, **plan)
     gen = GroundedGeneration(_ScriptedLLM(model_says), plan, SamplingParams(temperature=0.0))
     text = "".join(gen)
     timings = gen.result.timings  # both from the question's arrival: the plan's 500 ms included

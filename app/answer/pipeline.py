@@ -31,7 +31,7 @@ from app.answer.question import (answers_kind, asks_phone, asks_quantity, meant,
                                  wanted_units)
 from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import SentenceStream, is_list_marker, join_sentences, split_sentences, strip_markdown
-from app.answer.verify import Check, Verifier
+from app.answer.verify import Check, Verifier, is_bare_reply
 from app.schemas import ChatRequest, Citation, Grounding
 from app.voice import VOICE_INSTRUCTIONS, VOICE_MAX_TOKENS, speakable
 from knowledge.retrieval import MAX_UNKNOWN_SHARE
@@ -315,8 +315,8 @@ class GroundedGeneration:
         verdict, marker = None, ""
         sentences = _sentences(gen)
         for sentence in sentences:
-            if is_list_marker(sentence):
-                marker += sentence  # "1. " belongs to the sentence after it
+            if is_list_marker(sentence) or is_bare_reply(sentence):
+                marker += sentence  # "1. " or "Yes. " belongs to the sentence after it
                 continue
             check = verifier.check(marker + sentence)
             marker = ""

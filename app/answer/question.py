@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from app.answer.facts import extract_facts, named_units, states_phone, states_quantity, without_facts
+from app.answer.places import asks_place, places
 from app.answer.relevance import terms
 
 # a repair: a pause (… , — ;) then "no", "sorry", "I mean", "wait" ... then the question again
@@ -105,8 +106,11 @@ def wanted_units(question: str) -> set[str]:
 def answers_kind(question: str, answer: str) -> bool:
     """Whether an answer states the kind of value the question asks for: a price for "how much does
     it cost" (or that it is free), a phone number when one is asked for, an amount for "how long /
-    how far / 多少", in the unit the question names ("in litres", "how many kilometres")."""
+    how far / 多少", in the unit the question names ("in litres", "how many kilometres"), a place, a
+    menu or a control for "where"."""
     facts = extract_facts(answer)
+    if asks_place(question) and not (places(answer) or any(f.kind in ("menu", "name") for f in facts)):
+        return False
     if _PRICE.search(question) and not (_FREE.search(answer) or any(f.key.endswith(_CURRENCIES) for f in facts)):
         return False
     if asks_phone(question) and not states_phone(facts):

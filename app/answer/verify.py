@@ -5,7 +5,9 @@
 
 A sentence that uses a word of the question no passage contains is off topic. A sentence that denies
 something must have a source sentence about the same thing that denies too: small models turn "it
-switches off after 15 minutes" into "it does not switch itself off". The question counts as a source
+switches off after 15 minutes" into "it does not switch itself off". A place ("on the dashboard")
+must be named by a source sentence about the same thing, and a "yes" or "no" must come with
+something the passages say: "Yes, remember to switch it back on" only echoes the driver's words. The question counts as a source
 of numbers: an answer may repeat the driver's own numbers ("2,000 kg is more than the limit") without
 inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that
 says it does not know is taken at its word.
@@ -17,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from app.answer.facts import QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
+from app.answer.places import Place, asks_place, places
 from app.answer.relevance import terms
 from app.answer.sentences import split_sentences
 
@@ -49,7 +52,9 @@ class Check:
 # a denial is a claim a driver acts on ("it does not switch itself off"), as hard as a number
 _NEGATION = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|isn't|aren't|won't|none|nothing)\b|"
                        r"不|没有|没法|无法|无需|无须|别", re.I)
-_REPLY = re.compile(r"^\s*(?:no|yes)\b\W*", re.I)  # "No: 2,000 kg is more than ...": the reply to a yes/no question
+# "No: 2,000 kg is more than ...", "不用，……": the reply to a yes/no question
+_REPLY = re.compile(r"^\s*(?:(?:no|yes)\b\W*|(?:是的|是|对|不是|不用|需要|不需要|可以|不可以|会|不会|能|不能|没错)"
+                    r"[，,。！!]\s*)", re.I)
 
 
 @dataclass
@@ -57,6 +62,7 @@ class _Source:
     index: FactIndex
     terms: set[str]
     negated: bool
+    asked: bool = False  # a sentence of the question
 
 
 class Verifier:
@@ -73,8 +79,15 @@ class Verifier:
         self.unnamed = set(unnamed) | self.missing
         self.drivers_numbers = {f.key for f in extract_facts(question)}  # may be repeated about anything
         self.question_terms = terms(without_facts(question))
-        self.sentences = [_Source(FactIndex.of([s]), terms(without_facts(s)), bool(_NEGATION.search(s)))
-                          for text in [*passages, question] for s in split_sentences(text) if s.strip()]
+        source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
+                                                bool(_NEGATION.search(s)), asked)
+        said = [source(s) for text in passages for s in split_sentences(text) if s.strip()]
+        asked = [source(s, True) for s in split_sentences(question) if s.strip()]
+        self.sentences = said + asked
+        self.passage_terms = set().union(*(s.terms for s in said))
+        # where a thing is: the passages say it, or the driver does (their own situation) unless that
+        # is what they ask
+        self.place_sources = said if asks_place(question) else said + asked
 
     def check(self, sentence: str) -> Check:
         facts = extract_facts(sentence)
@@ -85,10 +98,16 @@ class Verifier:
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
                             and f.key not in self.drivers_numbers]
+        stated = places(sentence)
+        about = own - set().union(*(p.key for p in stated))
+        unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated if not self._placed(p, about)]
         refusal = bool(_REFUSAL.search(sentence))
-        denial = _NEGATION.search(_REPLY.sub("", sentence))
+        reply = _REPLY.match(sentence)
+        denial = _NEGATION.search(sentence[reply.end():] if reply else sentence)
         if denial and not refusal and not self._denied_by_a_source(own):
             unsupported.append(Fact("negation", "not", denial.group(0)))
+        if reply and not facts and not stated and not self._adds(sentence[reply.end():]):
+            unsupported.append(Fact("reply", reply.group(0).strip(" ,.:;!，。！").lower(), sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
 
     def _supported(self, fact: Fact) -> bool:
@@ -99,6 +118,18 @@ class Verifier:
         about the same thing (two shared terms, or all of a short sentence's) that denies too."""
         need = min(2, len(own))
         return any(s.negated and len(own & s.terms) >= need for s in self.sentences)
+
+    def _placed(self, place: Place, about: set[str]) -> bool:
+        """A place must be named by a source sentence about the same thing as the answer's sentence
+        or the question (a term beyond the place's own): "the tyre repair kit is under the boot
+        floor" does not put the fuse box there."""
+        wanted = about | self.question_terms
+        return any(place.key <= s.terms and (s.asked or (s.terms - place.key) & wanted)
+                   for s in self.place_sources)
+
+    def _adds(self, rest: str) -> bool:
+        """Whether the words after a "yes" or "no" say something of the passages' beyond the question."""
+        return bool((terms(without_facts(rest)) - self.question_terms) & self.passage_terms)
 
     def _in_context(self, fact: Fact, own: set[str]) -> bool:
         """A number must be said about what its source sentence is about: "the boot holds 4 litres" is
@@ -112,6 +143,11 @@ class Verifier:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & s.terms for s in sources)
+
+
+def is_bare_reply(sentence: str) -> bool:
+    """"Yes." alone: checked with the sentence after it, which says what the reply rests on."""
+    return bool(_REPLY.fullmatch(sentence))
 
 
 def _shares_stem(said: set[str], word: str) -> bool:
