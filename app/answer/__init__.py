@@ -2,7 +2,8 @@
 
     question.py                  the question as meant (spoken repairs) and the kind of value it asks for
     passages.py / relevance.py   which retrieved passages an answer may use, and whether to answer at all
-    facts.py / verify.py         the hard facts of a sentence and whether the passages state them
+    facts.py / places.py         the hard facts of a sentence: numbers, phone numbers, menus, names; places
+    verify.py                    whether the passages state them
     extractive.py                the passage's own sentences, quoted when the model's answer fails
     sentences.py                 streamed text cut into the sentences that are checked and released
     pipeline.py                  plan_answer (before the model) and GroundedGeneration (on the accelerator)
