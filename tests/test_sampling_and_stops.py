@@ -41,6 +41,27 @@ def test_repetition_penalty():
     assert sample_next(LOGITS, SamplingParams(repetition_penalty=2.0), np.random.default_rng(), [1]) == 2
 
 
+def test_greedy_picks_the_penalized_argmax_of_the_float64_logits():
+    """The greedy pick (which skips the float64 copy of the vocabulary) against that copy's argmax,
+    penalty applied, NaN never and +inf clipped: on ties, infinities and NaN among the logits."""
+    rng = np.random.default_rng(11)
+    for case in range(300):
+        x = rng.integers(-3, 4, size=40).astype(np.float32) / 2  # many ties
+        if case % 5 == 1:
+            x[rng.integers(40, size=3)] = np.inf
+        if case % 7 == 2:
+            x[rng.integers(40, size=2)] = np.nan
+        if case % 11 == 3:
+            x[:] = -np.inf
+        history = [int(t) for t in rng.integers(40, size=int(rng.integers(0, 12)))]
+        penalty = float(rng.choice([1.0, 1.1, 2.0, 0.5, 1e300]))
+        with np.errstate(over="ignore"):
+            ref = apply_repetition_penalty(x.astype(np.float64), history, penalty)
+        ref = np.nan_to_num(ref, nan=-np.inf, posinf=np.finfo(np.float64).max, neginf=-np.inf)
+        got = sample_next(x, SamplingParams(repetition_penalty=penalty), np.random.default_rng(), history)
+        assert got == int(np.argmax(ref)), (case, x, history, penalty)
+
+
 @pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=-2),
                                  dict(repetition_penalty=0)])
 def test_invalid_params_are_rejected(bad):
