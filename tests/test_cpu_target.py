@@ -99,15 +99,15 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
 
 
 def test_int4_requant_drops_the_min_term(q4_sources, tmp_path):
-    """`--quant int4-requant`: Q4_1 re-quantized to integer zero points (no min term), the Q8_0
-    embedding kept; fewer bytes and nodes than int4, and logits still near the file's own."""
+    """`--quant int4-requant`: Q4_1 re-quantized to integer zero points (no min term), the Q8_0 LM
+    head to 4 bits too; fewer bytes and nodes than int4, and logits still near the file's own."""
     src = q4_sources / "q41.gguf"
     plan = BuildPlan(weights=str(src), out=tmp_path / "rq", shape=LLMShape(context=tm.MAX_POS // 2, prefill=(16, 4)),
                      quant=parse_quant("int4-requant"), progress=False)
     m = build_model(plan)
     assert m.quantization.recipe == "int4-requant"
     assert m.quantization.weights == {"re-quantized from Q4_1 (4-bit asymmetric, round-to-nearest)": 14,
-                                      "gguf Q8_0 (exact)": 1}
+                                      "re-quantized from Q8_0 (4-bit asymmetric, round-to-nearest)": 1}
     build_llm(src, tmp_path / "i4", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
     exact = load_manifest(tmp_path / "i4").quantization
     assert m.quantization.linear_bytes < exact.linear_bytes

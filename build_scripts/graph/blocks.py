@@ -167,11 +167,12 @@ CPU_RECIPES = {
             "to 4-bit blocks of 32 (8-bit for the LM head and Q5 types); integer kernels (accuracy level 4)",
     "int8": "8-bit blocks of 32 for every linear layer and the LM head (GGUF Q8_0/Q6_K exact); "
             "integer kernels (accuracy level 4)",
-    # ONNX Runtime GenAI's layout: no min term and no 8-bit blocks of 16. Qwen2.5-1.5B decodes about 1.3x
-    # faster and answers 3.5-5 points less often correctly (docs/benchmarks.md), so not the default.
-    "int4-requant": "every linear layer re-quantized to 4-bit blocks of 32 with integer zero points "
-                    "(8-bit for the LM head; round-to-nearest from the GGUF's values, Q4_0/Q8_0 kept); "
-                    "integer kernels (accuracy level 4)",
+    # ONNX Runtime GenAI's int4 layout: no min term, no 8-bit blocks, the LM head 4-bit too (an 8-bit
+    # head was all of SmolLM2's gap to GenAI's step). Faster, and the 1.5B answers less often correctly
+    # (docs/benchmarks.md, "Speed against accuracy"), so not the default.
+    "int4-requant": "every linear layer and the LM head re-quantized to 4-bit blocks of 32 with integer "
+                    "zero points (round-to-nearest from the GGUF's values, Q4_0 kept); integer kernels "
+                    "(accuracy level 4)",
 }
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations: the fast integer kernels
 
@@ -197,10 +198,9 @@ class BlockRecipe:
         exact = EXACT_FORMATS.get(stored)
         head = name in ("lm_head", "embed")
         if self.name == "int4-requant":  # one layout; a GGUF type already in it is kept as it is
-            bits = 8 if head else 4
-            if exact and exact[:2] == (bits, BLOCK) and not exact[3]:
+            if exact and exact[:2] == (4, BLOCK) and not exact[3]:
                 return exact, True
-            return (bits, BLOCK, bits == 4, False), False
+            return (4, BLOCK, True, False), False
         if exact and (self.name == "int4" or exact[0] == 8):
             return exact, True
         bits = 8 if self.name == "int8" or head or stored.startswith("Q5") else 4
