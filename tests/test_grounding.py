@@ -225,6 +225,23 @@ TRACTION = ("Open Settings, then Driver assistance, then Stability, and select T
             "switches back on automatically above 50 km/h and every time you start the car.")
 
 
+CHARGE_LIMIT = ("Move the Charge limit slider anywhere between 50 and 100 percent. For daily driving, 80 percent is "
+                "recommended because it is gentler on the battery. Set 100 percent before a long trip.")
+
+
+@pytest.mark.parametrize("answer, ok", [
+    ("You can set the charge limit to 50 percent, which is recommended for daily driving.", False),  # 80 is
+    ("For daily driving, 80 percent is recommended.", True),
+    ("The slider goes from 50 to 100 percent.", True),
+    ("Set 100 percent before a long trip.", True),
+    ("Set 80 percent before a long trip.", False),  # the long trip's sentence says 100
+])
+def test_a_number_given_to_what_another_sentence_numbers_fails(answer, ok):
+    question = "How low can I set the max charge thing, and what should I leave it on for driving to work every day?"
+    check = Verifier([CHARGE_LIMIT], question).check(answer)
+    assert check.ok is ok, check.unsupported
+
+
 @pytest.mark.parametrize("passages, question, answer, ok", [
     ([WASHER], "where do I top up the screen wash?", "It is at the front left under the bonnet.", True),
     ([WASHER], "where do I top up the screen wash?", "The reservoir is in the boot.", False),  # a place nowhere said

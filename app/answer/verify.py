@@ -5,12 +5,13 @@
 
 A sentence that uses a word of the question no passage contains is off topic. A sentence that denies
 something must have a source sentence about the same thing that denies too: small models turn "it
-switches off after 15 minutes" into "it does not switch itself off". A place ("on the dashboard")
-must be named by a source sentence about the same thing, and a "yes" or "no" must come with
-something the passages say: "Yes, remember to switch it back on" only echoes the driver's words. The question counts as a source
-of numbers: an answer may repeat the driver's own numbers ("2,000 kg is more than the limit") without
-inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that
-says it does not know is taken at its word.
+switches off after 15 minutes" into "it does not switch itself off". A number must be said about
+what its source sentence is about, not about what another sentence gives another number for. A
+place ("on the dashboard") must be named by a source sentence about the same thing, and a "yes" or
+"no" must come with something the passages say: "Yes, remember to switch it back on" only echoes
+the driver's words. The question counts as a source of numbers: an answer may repeat the driver's
+own numbers ("2,000 kg is more than the limit") without inventing them, but not of controls or menu
+items. Refusals are recognised here too, so a model that says it does not know is taken at its word.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class Verifier:
         said = [source(s) for text in passages for s in split_sentences(text) if s.strip()]
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
+        self.said = said
         self.passage_terms = set().union(*(s.terms for s in said))
         # where a thing is: the passages say it, or the driver does (their own situation) unless that
         # is what they ask
@@ -95,6 +97,7 @@ class Verifier:
         own = terms(without_facts(sentence)) - {"answe"}  # what the sentence is about, its facts taken out
         off_topic = sorted(m for m in self.missing if _shares_stem(said, m))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
+        unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
                             and f.key not in self.drivers_numbers]
@@ -118,6 +121,27 @@ class Verifier:
         about the same thing (two shared terms, or all of a short sentence's) that denies too."""
         need = min(2, len(own))
         return any(s.negated and len(own & s.terms) >= need for s in self.sentences)
+
+    def _misattributed(self, facts: list[Fact], own: set[str]) -> list[Fact]:
+        """Numbers given to what another passage sentence states a different number for: "you can set
+        it to 50 percent, which is recommended for daily driving" when the passage says the slider goes
+        from 50 to 100 percent and recommends 80 for daily driving. Such a sentence shares two or more
+        terms with a passage sentence that states a number in the same unit, states none of that
+        sentence's numbers, and neither the number's own source sentences nor the question use those
+        terms (the question's words are the topic: "what charge limit every day?" may say "charge
+        limit" beside the 80 percent, though the slider's sentence says it too)."""
+        numbers = [f for f in facts if f.kind == "number" and " " in f.key]
+        stated = {f.key for f in numbers}
+        wrong = []
+        for f in numbers:
+            unit = " " + f.key.split(" ", 1)[1]
+            explained = self.question_terms.union(*(s.terms for s in self.sentences if s.index.supports(f)))
+            for s in self.said:
+                theirs = {k for k in s.index.numbers if k.endswith(unit)}
+                if theirs and not theirs & stated and len((own & s.terms) - explained) >= 2:
+                    wrong.append(f)
+                    break
+        return wrong
 
     def _placed(self, place: Place, about: set[str]) -> bool:
         """A place must be named by a source sentence about the same thing as the answer's sentence
