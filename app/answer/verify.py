@@ -85,7 +85,7 @@ class Verifier:
         said = [source(s) for text in passages for s in split_sentences(text) if s.strip()]
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
-        self.said = said
+        self.passage_sentences = said
         self.passage_terms = set().union(*(s.terms for s in said))
         # where a thing is: the passages say it, or the driver does (their own situation) unless that
         # is what they ask
@@ -136,7 +136,7 @@ class Verifier:
         for f in numbers:
             unit = " " + f.key.split(" ", 1)[1]
             explained = self.question_terms.union(*(s.terms for s in self.sentences if s.index.supports(f)))
-            for s in self.said:
+            for s in self.passage_sentences:
                 theirs = {k for k in s.index.numbers if k.endswith(unit)}
                 if theirs and not theirs & stated and len((own & s.terms) - explained) >= 2:
                     wrong.append(f)
