@@ -4,7 +4,7 @@ A place is a fact a driver acts on like a number: "the fuse box is on the dashbo
 looking for something that is not there. A place is a spatial preposition and what follows its
 article, up to the first function word:
 
-    "under the boot floor" · "on the left steering wheel" · "at the front of the car"  (English)
+    "under the boot floor" · "on the left steering wheel" · "at the back of the boot"  (English)
     "位于后备箱底部" · "在仪表板下方"                                                    (Chinese)
 
 Its key is the content terms that name where (the first two English stems, or the Chinese
@@ -27,7 +27,7 @@ _EN = re.compile(rf"\b(?:{_PREPOSITION})\s+(?:the|your|its|their)\s+"
                  rf"([a-z][\w'-]*(?:\s+(?!(?:{_FUNCTION})\b)[a-z][\w'-]*){{0,2}})", re.I)
 _ZH = re.compile(r"(?:位于|在)([\u4e00-\u9fff]{2,6}?)的?(?:里面|里|内|上方|下方|下面|上面|底部|旁边|后面|前面|"
                  r"左侧|右侧|附近|中间|上|下|旁|后)")
-_WHERE = re.compile(r"\bwhere\b|\bwhere's\b|哪里|哪儿|在哪|什么位置|什么地方", re.I)
+_WHERE = re.compile(r"\bwhere\b|哪里|哪儿|在哪|什么位置|什么地方", re.I)
 
 
 @dataclass(frozen=True)
