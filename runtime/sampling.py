@@ -47,9 +47,12 @@ def apply_repetition_penalty(logits: np.ndarray, history: Sequence[int], penalty
         return logits
     out = logits.copy()
     seen = np.unique(np.asarray(history, dtype=np.int64))
-    vals = out[seen]
-    out[seen] = np.where(vals > 0, vals / penalty, vals * penalty)
+    out[seen] = _penalized(out[seen], penalty)
     return out
+
+
+def _penalized(values: np.ndarray, penalty: float) -> np.ndarray:
+    return np.where(values > 0, values / penalty, values * penalty)
 
 
 def sample_next(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
@@ -78,7 +81,7 @@ def _greedy(x: np.ndarray, recent: Sequence[int], penalty: float) -> int | None:
     if np.isnan(rest[best]) or np.isnan(penalized).any():
         return None
     with np.errstate(over="ignore"):
-        penalized = np.where(penalized > 0, penalized / penalty, penalized * penalty)
+        penalized = _penalized(penalized, penalty)
     ids = np.append(seen, best)
     values = np.append(penalized, np.float64(rest[best]))
     return int(ids[values == values.max()].min())  # np.argmax: the lowest id among equal values
