@@ -38,7 +38,7 @@ class CpuBlocks(_Plan):
     blocks are kept exactly)."""
 
     kind: Literal["cpu-blocks"] = "cpu-blocks"
-    recipe: Literal["int4", "int8", "int4-requant"]  # graph/blocks.CPU_RECIPES
+    recipe: Literal[tuple(CPU_RECIPES)]  # a name of graph/blocks.CPU_RECIPES
 
 
 class HtpPtq(_Plan):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from runtime.bench import BENCH_TEXT, peak_rss_mb, repeat_to
+from runtime.options import SPIN_US
 
 # the warm-up prompt spans one full 128-token chunk and a remainder, so every graph or kernel
 # the measured prompts use has run once before the clock starts
@@ -33,7 +34,7 @@ class RunSpec:
     gen: int
     threads: int
     backend: str = "cpu"  # hexrag only: "htp" measures the NPU (on a device; on x86 the simulator)
-    spin_us: int = 0  # hexrag only: RuntimeOptions.spin_us
+    spin_us: int = SPIN_US  # hexrag only: RuntimeOptions.spin_us
 
 
 def warmup_length(spec: RunSpec) -> int:
