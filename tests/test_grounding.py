@@ -7,7 +7,8 @@ import pytest
 from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts
 from app.answer.passages import language, select
-from app.answer.question import answers_kind, meant, on_topic, parts
+from app.answer.pipeline import DONT_KNOW
+from app.answer.question import answers_kind, meant, on_topic, parts, ruled_out
 from app.answer.relevance import content_words
 from app.answer.verify import Verifier
 from knowledge.retrieval import Hit
@@ -240,6 +241,73 @@ def test_a_number_given_to_what_another_sentence_numbers_fails(answer, ok):
     question = "How low can I set the max charge thing, and what should I leave it on for driving to work every day?"
     check = Verifier([CHARGE_LIMIT], question).check(answer)
     assert check.ok is ok, check.unsupported
+
+
+ECO = ("Eco mode limits power to 150 kW, softens the accelerator response, reduces climate control power and "
+       "limits the top speed to 130 km/h.")
+TOW_SPEED = "Do not exceed 100 km/h, or lower local limits, when towing."
+PRECONDITION = ("Preconditioning runs for up to 30 minutes. If the car is plugged in it uses power from the grid, "
+                "and if it is not, it only runs when the battery is above 20 percent.")
+ECO_ZH = "经济模式将功率限制为 150 千瓦，并把最高车速限制在 130 公里每小时。"
+
+
+@pytest.mark.parametrize("passages, question, answer, ok", [
+    # the passages' only value is for the case the driver rules out: not the answer to their case
+    ([ECO], "What's the top speed of this car when I'm not in Eco mode?", "The top speed is 130 km/h.", False),
+    ([ECO], "Outside Eco mode, what's the maximum power?", "Outside Eco mode the maximum power is 150 kW.", False),
+    ([ECO, TOW_SPEED], "What's the speed limit when I'm not towing anything?", "The speed limit is 100 km/h.", False),
+    ([ECO_ZH], "不在经济模式的时候，最高车速是多少？", "最高车速是 130 公里每小时。", False),
+    ([ECO], "What's the top speed in Eco mode?", "In Eco mode the top speed is 130 km/h.", True),
+    ([ECO_ZH], "经济模式的时候，最高车速是多少？", "最高车速是 130 公里每小时。", True),
+    ([ECO, TOW_SPEED], "What's the speed limit when towing?", "The speed limit is 100 km/h.", True),
+    # a sentence that speaks of the case without the condition too answers it
+    ([PRECONDITION], "If it's not plugged in, how much charge does preconditioning need?",
+     "It only runs when the battery is above 20 percent.", True),
+    # an action left undone is no condition ruled out: "what if I do not fasten it?" asks about the belt
+    (["Above 25 km/h a chime sounds for up to 90 seconds until the belt is fastened."],
+     "What happens if I do not fasten the belt?", "Above 25 km/h a chime sounds.", True),
+])
+def test_a_value_for_a_case_the_driver_rules_out_is_no_answer(passages, question, answer, ok):
+    check = Verifier(passages, question).check(answer)
+    assert check.ok is ok, check.unsupported
+
+
+@pytest.mark.parametrize("question, ruled", [
+    ("What's the top speed when the car isn't in Eco?", {"eco"}),
+    ("What's the speed limit when I'm not towing anything?", {"towin"}),
+    ("Apart from the app, how can I unlock it?", {"app"}),
+    ("不在经济模式的时候，这车极速是多少？", {"经济"}),
+    ("Why won't it charge?", set()),  # a complaint, not a condition
+    ("How heavy a trailer can it pull, with brakes and without?", set()),  # both cases asked
+    ("What is the outside temperature limit?", set()),
+])
+def test_the_conditions_a_question_rules_out(question, ruled):
+    assert ruled_out(question) == ruled
+
+
+def test_a_quote_about_a_ruled_out_case_is_not_an_answer():
+    assert not answers_kind("What's the top speed when I'm not in Eco mode?", ECO)
+    assert answers_kind("What's the top speed in Eco mode?", ECO)
+
+
+@pytest.mark.parametrize("question, ok", [
+    ("不在经济模式的时候，这车极速是多少？", False),  # a top speed asked: the breakdown line is no answer
+    ("How long does the recovery truck take to come?", False),
+    ("车在路边趴窝了，救援电话是多少？", True),  # the number asked for
+    ("My car broke down, what do I do?", True),  # no amount asked: calling is the answer
+    ("How long is assistance free, and what number do I ring?", True),  # two parts, one of them the number
+])
+def test_a_phone_number_is_no_amount(question, ok):
+    said = "Call roadside assistance on 800-555-0199."
+    check = Verifier([ROADSIDE], question).check(said)
+    assert check.ok is ok, check.unsupported
+    assert answers_kind(question, said) is ok  # nor is it quoted as one
+
+
+def test_eco_modes_top_speed_is_not_said_for_the_car_outside_eco():
+    said, decision = _answer("The top speed of this car when you're not in Eco mode is 130 km/h.",
+                             "What's the top speed of this car when I'm not in Eco mode?", ECO)
+    assert (said, decision) == (DONT_KNOW["en"], "refused")
 
 
 @pytest.mark.parametrize("passages, question, answer, ok", [

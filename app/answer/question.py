@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from app.answer.facts import extract_facts, named_units, states_phone, states_quantity, without_facts
+from app.answer.facts import QUANTITY_KINDS, extract_facts, named_units, states_phone, states_quantity, without_facts
 from app.answer.places import asks_place, places
 from app.answer.relevance import terms
 
@@ -66,6 +66,11 @@ def asks_phone(question: str) -> bool:
     return bool(_PHONE.search(question))
 
 
+def asks_amount(question: str) -> bool:
+    """"How long / how far / 多少 / 几档": an amount, whatever its unit; a phone number is none."""
+    return bool(_AMOUNT.search(question)) and not asks_phone(question)
+
+
 # words that say what kind of answer is wanted, not what it is about
 _ASKING = terms("number phone call ring dial capacity amount size value maximum minimum")
 
@@ -103,19 +108,52 @@ def wanted_units(question: str) -> set[str]:
     return set().union(*(units for pattern, units in _IMPLIED_UNITS if pattern.search(question)))
 
 
+# what a question rules out: "when I'm not in Eco mode", "if it's not plugged in", "outside Eco mode",
+# "不在经济模式的时候". A value the passages give for that condition answers some other question: Eco's
+# 130 km/h is not the car's top speed, and the towing limit not the limit without a trailer.
+_ARTICLE = r"(?:the\s+|a\s+|an\s+|my\s+)?"
+_RULED_OUT = (
+    # a mode or a state ("not in Eco", "not towing", "not plugged in"), not an action left undone: "what if
+    # I do not fasten the belt?" asks about the belt
+    re.compile(rf"\b(?:when|while|if|whenever)\b[^,.;?]{{0,24}}?(?:\bnot|n't)\s+(?:(?:in|on|using|with)\s+"
+               rf"{_ARTICLE}(?P<x>[a-z][\w-]*)|(?P<y>[a-z]+(?:ing|ed))\b)", re.I),
+    re.compile(rf"\boutside(?:\s+of)?\s+{_ARTICLE}(?P<x>[a-z][\w-]*)\s+mode\b", re.I),
+    re.compile(rf"\b(?:other\s+than|apart\s+from|except(?:\s+in|\s+on|\s+for)?)\s+{_ARTICLE}(?P<x>[a-z][\w-]*)", re.I),
+    re.compile(r"(?:不在|没在|不开|没开|不用|除了)(?P<x>[\u4e00-\u9fff]{1,6}?)(?:模式|档)"),
+)
+
+
+# a sentence about the case without some condition: "if it is not, it only runs above 20 percent"
+_NOT_IF = re.compile(r"\b(?:when|while|if|whenever)\b[^,.;?]{0,24}?(?:\bnot\b|n't\b)|\bunless\b|"
+                     r"(?:没有|不|未)[\u4e00-\u9fff]{1,6}(?:时|的时候)", re.I)
+
+
+def ruled_out(question: str) -> set[str]:
+    """The terms of the conditions a question excludes."""
+    return terms(" ".join(w for p in _RULED_OUT for m in p.finditer(question) for w in m.groups() if w))
+
+
+def about_ruled_out(ruled: set[str], sentence: str) -> bool:
+    """Whether `sentence` speaks of a condition that was ruled out (`ruled`: its terms) for that
+    condition only: a sentence naming the case without it as well ("if it is not, ...") may answer."""
+    return bool(ruled & terms(sentence)) and not _NOT_IF.search(sentence)
+
+
 def answers_kind(question: str, answer: str) -> bool:
     """Whether an answer states the kind of value the question asks for: a price for "how much does
     it cost" (or that it is free), a phone number when one is asked for, an amount for "how long /
     how far / 多少", in the unit the question names ("in litres", "how many kilometres"), a place, a
     menu or a control for "where"."""
     facts = extract_facts(answer)
+    if about_ruled_out(ruled_out(question), answer):  # "the top speed outside Eco mode?": not Eco's
+        return False
     if asks_place(question) and not (places(answer) or any(f.kind in ("menu", "name") for f in facts)):
         return False
     if _PRICE.search(question) and not (_FREE.search(answer) or any(f.key.endswith(_CURRENCIES) for f in facts)):
         return False
     if asks_phone(question) and not states_phone(facts):
         return False
-    if _AMOUNT.search(question) and not states_quantity(facts):
+    if asks_amount(question) and not any(f.kind in QUANTITY_KINDS and f.kind != "phone" for f in facts):
         return False
     units = wanted_units(question)
     return not units or any(unit_of(f) in units for f in facts)

@@ -9,9 +9,10 @@ switches off after 15 minutes" into "it does not switch itself off". A number mu
 what its source sentence is about, not about what another sentence gives another number for. A
 place ("on the dashboard") must be named by a source sentence about the same thing, and a "yes" or
 "no" must come with something the passages say: "Yes, remember to switch it back on" only echoes
-the driver's words. The question counts as a source of numbers: an answer may repeat the driver's
-own numbers ("2,000 kg is more than the limit") without inventing them, but not of controls or menu
-items. Refusals are recognised here too, so a model that says it does not know is taken at its word.
+the driver's words. A value the passages give only for a condition the question rules out ("when
+I'm not in Eco mode") is no answer to it, and a phone number does not answer a question asking one
+amount. The question counts as a source of numbers: an answer may repeat the driver's own numbers
+("2,000 kg is more than the limit") without inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that says it does not know is taken at its word.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from app.answer.facts import QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
 from app.answer.places import Place, asks_place, places
+from app.answer.question import about_ruled_out, asks_amount, parts, ruled_out
 from app.answer.relevance import terms
 from app.answer.sentences import split_sentences
 
@@ -64,6 +66,7 @@ class _Source:
     terms: set[str]
     negated: bool
     asked: bool = False  # a sentence of the question
+    text: str = ""
 
 
 class Verifier:
@@ -79,9 +82,12 @@ class Verifier:
         self.missing = set(unknown)
         self.unnamed = set(unnamed) | self.missing
         self.drivers_numbers = {f.key for f in extract_facts(question)}  # may be repeated about anything
+        self.ruled_out = ruled_out(question)
+        # "极速是多少？" asks one amount: a phone number, however well supported, does not answer it
+        self.amount_only = asks_amount(question) and len(parts(question)) == 1
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
-                                                bool(_NEGATION.search(s)), asked)
+                                                bool(_NEGATION.search(s)), asked, s)
         said = [source(s) for text in passages for s in split_sentences(text) if s.strip()]
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
@@ -98,6 +104,9 @@ class Verifier:
         off_topic = sorted(m for m in self.missing if _shares_stem(said, m))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
+        unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
+        if self.amount_only and not any(f.kind in ("number", "code") for f in facts):
+            unsupported += [f for f in facts if f.kind == "phone" and f not in unsupported]
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
                             and f.key not in self.drivers_numbers]
@@ -142,6 +151,16 @@ class Verifier:
                     wrong.append(f)
                     break
         return wrong
+
+    def _only_when_ruled_out(self, fact: Fact) -> bool:
+        """A value the passages state only for a condition the question rules out: "the top speed when
+        you're not in Eco mode is 130 km/h" from "Eco mode ... limits the top speed to 130 km/h". A
+        sentence that rules the condition out too ("when the car is not plugged in, ...") is about
+        the driver's case."""
+        if not self.ruled_out or fact.kind not in QUANTITY_KINDS or fact.key in self.drivers_numbers:
+            return False
+        sources = [s for s in self.passage_sentences if s.index.supports(fact)]
+        return bool(sources) and all(about_ruled_out(self.ruled_out, s.text) for s in sources)
 
     def _placed(self, place: Place, about: set[str]) -> bool:
         """A place must be named by a source sentence about the same thing as the answer's sentence
