@@ -290,6 +290,33 @@ def test_a_quote_about_a_ruled_out_case_is_not_an_answer():
     assert answers_kind("What's the top speed in Eco mode?", ECO)
 
 
+RANGE = ("The official WLTP range with 18-inch wheels is up to 520 km for the rear-wheel drive version and 480 km "
+         "for the all-wheel drive version; 19-inch wheels reduce it by about 15 km. Real range depends on speed: at a "
+         "steady 120 km/h expect around 370 km.")
+WARRANTY = "The battery is covered by a warranty of 8 years or 160,000 km, whichever comes first."
+
+
+@pytest.mark.parametrize("passages, question, answer, ok", [
+    # the value belongs to another variant than the one the driver names and the answer repeats
+    ([RANGE], "What's the range of the all-wheel drive version with 19-inch wheels?",
+     "The range of the all-wheel drive version with 19-inch wheels is up to 480 km.", False),  # 480: 18-inch
+    ([WARRANTY], "How long is the warranty on the 12-volt battery?",
+     "The warranty on the 12-volt battery is 8 years or 160,000 km.", False),  # the drive battery's
+    ([FAST], "How long does it take to charge from 0 to 100 percent at a fast charger?",
+     "It takes about 30 minutes to charge from 0 to 100 percent.", False),  # 30 minutes: 10 to 80
+    # the variant's own clause, or a value of the same unit the driver compares
+    ([RANGE], "With 19-inch wheels, how much range do I lose?", "19-inch wheels reduce it by about 15 km.", True),
+    ([RANGE], "How far at 120 on the motorway?", "At a steady 120 km/h expect around 370 km.", True),
+    ([RANGE], "How far will a full battery get me if I'm sitting at 120 on the motorway?",
+     "The WLTP range is up to 520 km for the rear-wheel drive version.", True),  # no variant named: context
+    ([TYRES], "My front tyres are at 200 kPa, is that enough?", "No, 200 kPa is below the 240 kPa for the front.",
+     True),
+])
+def test_a_value_of_another_variant_fails(passages, question, answer, ok):
+    check = Verifier(passages, question).check(answer)
+    assert check.ok is ok, check.unsupported
+
+
 @pytest.mark.parametrize("question, ok", [
     ("不在经济模式的时候，这车极速是多少？", False),  # a top speed asked: the breakdown line is no answer
     ("How long does the recovery truck take to come?", False),
@@ -302,6 +329,39 @@ def test_a_phone_number_is_no_amount(question, ok):
     check = Verifier([ROADSIDE], question).check(said)
     assert check.ok is ok, check.unsupported
     assert answers_kind(question, said) is ok  # nor is it quoted as one
+
+
+@pytest.mark.parametrize("question, ok", [
+    ("What number do I call for the police?", False),
+    ("报警电话是多少？", False),  # 报警: the police, whose number the passage does not give
+    ("What number do I ring when the car breaks down?", True),
+    ("车在路边趴窝了，救援电话是多少？", True),
+    ("What's the number?", True),  # nobody's in particular: the passage's
+])
+def test_a_phone_number_is_the_number_of_what_the_question_asks(question, ok):
+    title, body = "What should I do if the car breaks down? 车辆抛锚了怎么办？", ROADSIDE + " 道路救援电话是 800-555-0199。"
+    check = Verifier([body, title], question, documents=[f"{title}\n{body}"]).check("The number is 800-555-0199.")
+    assert check.ok is ok, check.unsupported
+
+
+@pytest.mark.parametrize("question, model_says, passage", [
+    ("How long does it take to charge from 0 to 100 percent at a fast charger?",
+     "It takes about 30 minutes to charge from 0 to 100 percent.", FAST),  # the quote's 30 minutes: 10 to 80
+    ("报警电话是多少？", "道路救援电话是 800-555-0199。", ROADSIDE),  # the quote's number: the breakdown line
+])
+def test_a_quote_about_another_variant_or_someone_elses_number_is_not_said(question, model_says, passage):
+    assert _answer(model_says, question, passage, extractive=passage) == (DONT_KNOW[language(question)], "refused")
+
+
+def test_a_quote_naming_the_drivers_variant_answers_it():
+    # the WLTP clause has no 120, but the quote's next sentence gives the range at a steady 120 km/h
+    assert Verifier([RANGE], "how much range do I get at 120 on the motorway?").quote_fails(RANGE) == []
+    assert Verifier([FAST], "How long from 0 to 100 percent at a fast charger?").quote_fails(FAST)
+
+
+def test_the_drivers_own_number_is_no_amount():
+    assert not answers_kind("How long is the warranty on the 12-volt battery?", "The 12 volt battery is in the boot.")
+    assert answers_kind("How long from 10 to 80 percent?", FAST)
 
 
 def test_eco_modes_top_speed_is_not_said_for_the_car_outside_eco():

@@ -174,7 +174,7 @@ _PHONE = re.compile(r"(?<![0-9A-Za-z.])\+?\d{2,4}(?:[\s.-]\d{2,4}){2,4}(?![0-9A-
 _CODE = re.compile(r"(?<![0-9A-Za-z])(?=[A-Za-z0-9-]*\d)[A-Za-z][A-Za-z0-9]*(?:-?[A-Za-z0-9]+)*(?![0-9A-Za-z])")
 _NUMBER = re.compile(r"(?P<cur>[€$£¥])?\s?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
                      rf"(?:\s*(?:-|to|–|—|~|至|到)\s*\d+(?:\.\d+)?)?"
-                     rf"(?:\s?(?P<unit>{_UNIT_ALT})(?![A-Za-z]))?(?:\s?(?P<cur2>元|euros?|dollars))?", re.I)
+                     rf"(?:[\s-]?(?P<unit>{_UNIT_ALT})(?![A-Za-z]))?(?:\s?(?P<cur2>元|euros?|dollars))?", re.I)
 _MENU_SEP = re.compile(r"\s*(?:>|›|→)\s*")
 _MENU = re.compile(r"[^\n>›→。.!?]+?(?:\s*(?:>|›|→)\s*[^\n>›→。.!?,，]+)+")
 # one menu item next to a separator: a quoted name, up to three capitalised words, or a short CJK run

@@ -307,7 +307,7 @@ class GroundedGeneration:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
         verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
-                            plan.missing_topic, plan.unnamed)
+                            plan.missing_topic, plan.unnamed, [f"{p.title}\n{p.body}" for p in plan.passages])
         need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
         gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
                                 stop=self.stop, cancel=self.cancel, placed=self._placed(), draft=self.draft)
@@ -373,6 +373,10 @@ class GroundedGeneration:
                "the model stated facts the passages do not support" if verdict == "unsupported" else
                "the model's answer stated no number for a quantity question" if held else
                "the model gave no answer")
+        wrong = verifier.quote_fails(quote) if quote else []
+        if wrong:  # the passages' own words, but about another variant or someone else's number
+            why = f"{why}; the passages' sentences for it are about something else ({', '.join(f.text for f in wrong)})"
+            quote = ""
         if quote:
             for sentence in split_sentences(quote):
                 yield from self._emit(sentence)
@@ -387,7 +391,7 @@ class GroundedGeneration:
         answer = " ".join(c.text for c in released)
         added = []
         for part, sentence in self.plan.supplement:
-            if sentence in answer or _covers(part, answer, sentence):
+            if sentence in answer or _covers(part, answer, sentence) or verifier.quote_fails(sentence):
                 continue
             added.append(verifier.check(sentence))
             answer += " " + sentence

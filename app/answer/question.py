@@ -12,7 +12,7 @@ import re
 
 from app.answer.facts import QUANTITY_KINDS, extract_facts, named_units, states_phone, states_quantity, without_facts
 from app.answer.places import asks_place, places
-from app.answer.relevance import terms
+from app.answer.relevance import content_words, terms
 
 # a repair: a pause (… , — ;) then "no", "sorry", "I mean", "wait" ... then the question again
 _REPAIR = re.compile(r"(?:\.{2,}|…|,|;|—|–|\s-\s)\s*(?:no+|nope|sorry|i mean|wait|or rather|scratch that|"
@@ -73,6 +73,15 @@ def asks_amount(question: str) -> bool:
 
 # words that say what kind of answer is wanted, not what it is about
 _ASKING = terms("number phone call ring dial capacity amount size value maximum minimum")
+
+
+_PHONE_WORDS = _ASKING | {"电话", "号码", "电话号码", "热线", "多少"}
+
+
+def phone_topic(question: str) -> set[str]:
+    """Whose phone number a question asks for: its words other than the asking ones ("the police",
+    "报警", "when the car breaks down"); empty when it asks for none, or just "the number"."""
+    return set(content_words(question, topic_only=True)) - _PHONE_WORDS if asks_phone(question) else set()
 
 
 def topic(question: str) -> set[str]:
@@ -142,9 +151,11 @@ def about_ruled_out(ruled: set[str], sentence: str) -> bool:
 def answers_kind(question: str, answer: str) -> bool:
     """Whether an answer states the kind of value the question asks for: a price for "how much does
     it cost" (or that it is free), a phone number when one is asked for, an amount for "how long /
-    how far / 多少", in the unit the question names ("in litres", "how many kilometres"), a place, a
-    menu or a control for "where"."""
+    how far / 多少" (not the question's own: "the 12 volt battery" is no answer to how long its warranty
+    lasts), in the unit the question names ("in litres", "how many kilometres"), a place, a menu or a
+    control for "where"; and not about a condition the question rules out."""
     facts = extract_facts(answer)
+    asked = {f.key for f in extract_facts(question)}
     if about_ruled_out(ruled_out(question), answer):  # "the top speed outside Eco mode?": not Eco's
         return False
     if asks_place(question) and not (places(answer) or any(f.kind in ("menu", "name") for f in facts)):
@@ -153,7 +164,8 @@ def answers_kind(question: str, answer: str) -> bool:
         return False
     if asks_phone(question) and not states_phone(facts):
         return False
-    if asks_amount(question) and not any(f.kind in QUANTITY_KINDS and f.kind != "phone" for f in facts):
+    if asks_amount(question) and not any(f.kind in QUANTITY_KINDS and f.kind != "phone" and f.key not in asked
+                                         for f in facts):
         return False
     units = wanted_units(question)
     return not units or any(unit_of(f) in units for f in facts)

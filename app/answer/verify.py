@@ -10,9 +10,12 @@ what its source sentence is about, not about what another sentence gives another
 place ("on the dashboard") must be named by a source sentence about the same thing, and a "yes" or
 "no" must come with something the passages say: "Yes, remember to switch it back on" only echoes
 the driver's words. A value the passages give only for a condition the question rules out ("when
-I'm not in Eco mode") is no answer to it, and a phone number does not answer a question asking one
-amount. The question counts as a source of numbers: an answer may repeat the driver's own numbers
-("2,000 kg is more than the limit") without inventing them, but not of controls or menu items. Refusals are recognised here too, so a model that says it does not know is taken at its word.
+I'm not in Eco mode") is no answer to it, nor one said of the variant the driver names that the
+passages give for another ("the 12-volt battery's warranty is 8 years"); a phone number must be the
+number of what the question asks for, and does not answer a question asking one amount. The
+question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg is
+more than the limit") without inventing them, but not of controls or menu items. Refusals are
+recognised here too, so a model that says it does not know is taken at its word.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 
 from app.answer.facts import QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
 from app.answer.places import Place, asks_place, places
-from app.answer.question import about_ruled_out, asks_amount, parts, ruled_out
+from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out
 from app.answer.relevance import terms
 from app.answer.sentences import split_sentences
 
@@ -32,6 +35,7 @@ _REFUSAL = re.compile(
     r"(?:say|mention|contain|include|provide|specify)|no\s+information\s+(?:about|on)|there\s+is\s+no\s+(?:mention|"
     r"information))|不知道|没有(?:提到|提及|相关信息|这方面|说明)|未(?:提及|提到|说明)|无法(?:回答|确定)", re.I)
 _LETTER = re.compile(r"[^\W\d_]")
+_CLAUSE = re.compile(r"[;；]")
 
 
 @dataclass
@@ -71,11 +75,12 @@ class _Source:
 
 class Verifier:
     def __init__(self, passages: list[str], question: str = "", unknown: set[str] = frozenset(),
-                 unnamed: set[str] = frozenset()):
+                 unnamed: set[str] = frozenset(), documents: list[str] = ()):
         """`unknown`: terms of the question the knowledge base never uses ("sunroof" in a KB without
         one) that are its topic; an answer that uses them anyway is the model bending a passage to
         the question. `unnamed`: every such term, the topic or not; a number said about one has no
-        source ("the roof takes 75 kg" from the tow ball's 75 kg)."""
+        source ("the roof takes 75 kg" from the tow ball's 75 kg). `documents`: each passage whole
+        (title and body), which a phone number's owner is read from."""
         self.index = FactIndex.of([*passages, question])
         # a control or menu item must exist in the passages: the driver naming one does not make it real
         self.names = FactIndex.of(passages)
@@ -85,6 +90,15 @@ class Verifier:
         self.ruled_out = ruled_out(question)
         # "极速是多少？" asks one amount: a phone number, however well supported, does not answer it
         self.amount_only = asks_amount(question) and len(parts(question)) == 1
+        # whose number is asked for, and the passages that state each number with what they are about
+        self.phone_topic = phone_topic(question)
+        self.documents = [(FactIndex.of([d]), d, terms(d)) for d in documents] if self.phone_topic else []
+        # the driver's numbers that name which thing they mean ("the 12-volt battery", "19-inch wheels", "from
+        # 0 to 100 percent"); a 1 is a rate's "an hour", "一个小时", not a variant of anything
+        self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
+        # clauses: "with 18-inch wheels ... 480 km for the all-wheel drive version; 19-inch wheels reduce it"
+        self.clauses = [FactIndex.of([c]) for text in passages for s in split_sentences(text)
+                        for c in _CLAUSE.split(s) if c.strip()] if self.qualifiers else []
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
                                                 bool(_NEGATION.search(s)), asked, s)
@@ -105,6 +119,8 @@ class Verifier:
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
         unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
+        unsupported += [f for f in self._said_of_another_variant(facts) if f not in unsupported]
+        unsupported += [f for f in facts if f not in unsupported and self._someone_elses_number(f)]
         if self.amount_only and not any(f.kind in ("number", "code") for f in facts):
             unsupported += [f for f in facts if f.kind == "phone" and f not in unsupported]
         if any(_uses(sentence, said, m) for m in self.unnamed):
@@ -151,6 +167,41 @@ class Verifier:
                     wrong.append(f)
                     break
         return wrong
+
+    def quote_fails(self, quote: str) -> list[Fact]:
+        """What a quote of the passages gets wrong as the answer to the question: values of another
+        variant than the one the question names, when the quote names none of the driver's ("10 to 80
+        percent takes 30 minutes" for "0 to 100"; a quote that gives the WLTP range and the range at a
+        steady 120 km/h does answer "how far at 120?"), or someone else's phone number."""
+        facts, index = extract_facts(quote), FactIndex.of([quote])
+        named = any(index.supports(Fact("number", q, q)) for q in self.qualifiers)
+        wrong = [] if named else self._said_of_another_variant(facts, named=self.qualifiers)
+        return wrong + [f for f in facts if f not in wrong and self._someone_elses_number(f)]
+
+    def _said_of_another_variant(self, facts: list[Fact], named: set[str] | None = None) -> list[Fact]:
+        """Values said of the variant the driver names ("the warranty on the 12-volt battery is 8 years",
+        "with 19-inch wheels the range is 480 km", "from 0 to 100 percent takes 30 minutes") when no
+        passage clause stating the value names that variant: the 8 years are the drive battery's, the
+        480 km are for 18-inch wheels, the 30 minutes for 10 to 80 percent. Only a variant the
+        sentence itself names counts (an answer about the range "at 120" may give the WLTP range too),
+        and only one named in another unit than the value (200 kPa is compared, not a variant)."""
+        named = {f.key for f in facts if f.key in self.qualifiers} if named is None else named
+        wrong = []
+        for f in facts:
+            if f.kind != "number" or " " not in f.key or f.key in self.drivers_numbers:
+                continue
+            unit = f.key.split(" ", 1)[1]
+            variants = [Fact("number", q, q) for q in named if not q.endswith(" " + unit)]
+            sources = [c for c in self.clauses if c.supports(f)]
+            if variants and sources and not any(c.supports(v) for c in sources for v in variants):
+                wrong.append(f)
+        return wrong
+
+    def _someone_elses_number(self, fact: Fact) -> bool:
+        """A phone number from passages about none of what the question asks the number of: "报警电话是多少？"
+        is not answered by the breakdown line, true as "道路救援的电话是 800-555-0199" is."""
+        owners = [(text, said) for index, text, said in self.documents if fact.kind == "phone" and index.supports(fact)]
+        return bool(owners) and not any(_uses(text, said, w) for text, said in owners for w in self.phone_topic)
 
     def _only_when_ruled_out(self, fact: Fact) -> bool:
         """A value the passages state only for a condition the question rules out: "the top speed when
