@@ -364,6 +364,18 @@ def test_the_drivers_own_number_is_no_amount():
     assert answers_kind("How long from 10 to 80 percent?", FAST)
 
 
+@pytest.mark.parametrize("question, ok", [
+    ("How much does the car weigh?", False),  # the towing entry says nothing about the car's weight
+    ("How heavy a trailer can this thing actually pull?", True),
+    ("What's the braked towing limit?", True),
+])
+def test_a_value_comes_from_a_passage_about_the_question(question, ok):
+    title = "How much can the Aurora EV tow?"
+    check = Verifier([TOWING, title], question, documents=[f"{title}\n{TOWING}"]).check(
+        "The Aurora EV takes 1,500 kg with a braked trailer.")
+    assert check.ok is ok, check.unsupported
+
+
 def test_eco_modes_top_speed_is_not_said_for_the_car_outside_eco():
     said, decision = _answer("The top speed of this car when you're not in Eco mode is 130 km/h.",
                              "What's the top speed of this car when I'm not in Eco mode?", ECO)

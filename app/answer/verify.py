@@ -92,7 +92,7 @@ class Verifier:
         self.amount_only = asks_amount(question) and len(parts(question)) == 1
         # whose number is asked for, and the passages that state each number with what they are about
         self.phone_topic = phone_topic(question)
-        self.documents = [(FactIndex.of([d]), d, terms(d)) for d in documents] if self.phone_topic else []
+        self.documents = [(FactIndex.of([d]), d, terms(d)) for d in documents]
         # the driver's numbers that name which thing they mean ("the 12-volt battery", "19-inch wheels", "from
         # 0 to 100 percent"); a 1 is a rate's "an hour", "一个小时", not a variant of anything
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
@@ -120,7 +120,8 @@ class Verifier:
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
         unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
         unsupported += [f for f in self._said_of_another_variant(facts) if f not in unsupported]
-        unsupported += [f for f in facts if f not in unsupported and self._someone_elses_number(f)]
+        unsupported += [f for f in facts if f not in unsupported and
+                        (self._someone_elses_number(f) or self._from_another_topic(f))]
         if self.amount_only and not any(f.kind in ("number", "code") for f in facts):
             unsupported += [f for f in facts if f.kind == "phone" and f not in unsupported]
         if any(_uses(sentence, said, m) for m in self.unnamed):
@@ -200,8 +201,18 @@ class Verifier:
     def _someone_elses_number(self, fact: Fact) -> bool:
         """A phone number from passages about none of what the question asks the number of: "报警电话是多少？"
         is not answered by the breakdown line, true as "道路救援的电话是 800-555-0199" is."""
-        owners = [(text, said) for index, text, said in self.documents if fact.kind == "phone" and index.supports(fact)]
+        if fact.kind != "phone" or not self.phone_topic:
+            return False
+        owners = [(text, said) for index, text, said in self.documents if index.supports(fact)]
         return bool(owners) and not any(_uses(text, said, w) for text, said in owners for w in self.phone_topic)
+
+    def _from_another_topic(self, fact: Fact) -> bool:
+        """A value from passages that share no word with the question: "the car weighs 1,500 kg" from
+        the towing entry, which the question "how much does the car weigh?" is not about."""
+        if fact.kind != "number" or " " not in fact.key or fact.key in self.drivers_numbers or not self.question_terms:
+            return False
+        owners = [said for index, _, said in self.documents if index.supports(fact)]
+        return bool(owners) and not any(said & self.question_terms for said in owners)
 
     def _only_when_ruled_out(self, fact: Fact) -> bool:
         """A value the passages state only for a condition the question rules out: "the top speed when
