@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from app.answer.facts import QUANTITY_KINDS, extract_facts, named_units, states_phone, states_quantity, without_facts
+from app.answer.facts import QUANTITY_KINDS, extract_facts, named_units, states_phone, without_facts
 from app.answer.places import asks_place, places
 from app.answer.relevance import content_words, terms
 
