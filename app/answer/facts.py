@@ -262,6 +262,7 @@ def named_units(text: str) -> set[str]:
 
 
 QUANTITY_KINDS = ("number", "phone", "code")  # facts that answer "how much / which number"
+AMOUNT_KINDS = ("number", "code")  # those that answer "how long / 多少": a phone number is no amount
 
 
 def states_quantity(facts: list[Fact]) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from app.answer.facts import QUANTITY_KINDS, extract_facts, named_units, states_phone, without_facts
+from app.answer.facts import AMOUNT_KINDS, extract_facts, named_units, states_phone, without_facts
 from app.answer.places import asks_place, places
 from app.answer.relevance import content_words, terms
 
@@ -164,8 +164,7 @@ def answers_kind(question: str, answer: str) -> bool:
         return False
     if asks_phone(question) and not states_phone(facts):
         return False
-    if asks_amount(question) and not any(f.kind in QUANTITY_KINDS and f.kind != "phone" and f.key not in asked
-                                         for f in facts):
+    if asks_amount(question) and not any(f.kind in AMOUNT_KINDS and f.key not in asked for f in facts):
         return False
     units = wanted_units(question)
     return not units or any(unit_of(f) in units for f in facts)

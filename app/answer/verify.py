@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.answer.facts import QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
+from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
 from app.answer.places import Place, asks_place, places
 from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out
 from app.answer.relevance import terms
@@ -96,9 +96,6 @@ class Verifier:
         # the driver's numbers that name which thing they mean ("the 12-volt battery", "19-inch wheels", "from
         # 0 to 100 percent"); a 1 is a rate's "an hour", "一个小时", not a variant of anything
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
-        # clauses: "with 18-inch wheels ... 480 km for the all-wheel drive version; 19-inch wheels reduce it"
-        self.clauses = [FactIndex.of([c]) for text in passages for s in split_sentences(text)
-                        for c in _CLAUSE.split(s) if c.strip()] if self.qualifiers else []
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
                                                 bool(_NEGATION.search(s)), asked, s)
@@ -106,6 +103,9 @@ class Verifier:
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
         self.passage_sentences = said
+        # clauses: "with 18-inch wheels ... 480 km for the all-wheel drive version; 19-inch wheels reduce it"
+        self.clauses = [FactIndex.of([c]) for s in said for c in _CLAUSE.split(s.text) if c.strip()
+                        ] if self.qualifiers else []
         self.passage_terms = set().union(*(s.terms for s in said))
         # where a thing is: the passages say it, or the driver does (their own situation) unless that
         # is what they ask
@@ -122,7 +122,7 @@ class Verifier:
         unsupported += [f for f in self._said_of_another_variant(facts) if f not in unsupported]
         unsupported += [f for f in facts if f not in unsupported and
                         (self._someone_elses_number(f) or self._from_another_topic(f))]
-        if self.amount_only and not any(f.kind in ("number", "code") for f in facts):
+        if self.amount_only and not any(f.kind in AMOUNT_KINDS for f in facts):
             unsupported += [f for f in facts if f.kind == "phone" and f not in unsupported]
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
@@ -189,7 +189,7 @@ class Verifier:
         named = {f.key for f in facts if f.key in self.qualifiers} if named is None else named
         wrong = []
         for f in facts:
-            if f.kind != "number" or " " not in f.key or f.key in self.drivers_numbers:
+            if not self._passage_value(f):
                 continue
             unit = f.key.split(" ", 1)[1]
             variants = [Fact("number", q, q) for q in named if not q.endswith(" " + unit)]
@@ -197,6 +197,10 @@ class Verifier:
             if variants and sources and not any(c.supports(v) for c in sources for v in variants):
                 wrong.append(f)
         return wrong
+
+    def _passage_value(self, fact: Fact) -> bool:
+        """A number with a unit that the driver did not say: a value the answer takes from the passages."""
+        return fact.kind == "number" and " " in fact.key and fact.key not in self.drivers_numbers
 
     def _someone_elses_number(self, fact: Fact) -> bool:
         """A phone number from passages about none of what the question asks the number of: "报警电话是多少？"
@@ -209,7 +213,7 @@ class Verifier:
     def _from_another_topic(self, fact: Fact) -> bool:
         """A value from passages that share no word with the question: "the car weighs 1,500 kg" from
         the towing entry, which the question "how much does the car weigh?" is not about."""
-        if fact.kind != "number" or " " not in fact.key or fact.key in self.drivers_numbers or not self.question_terms:
+        if not self._passage_value(fact) or not self.question_terms:
             return False
         owners = [said for index, _, said in self.documents if index.supports(fact)]
         return bool(owners) and not any(said & self.question_terms for said in owners)
