@@ -225,10 +225,12 @@ def _states_phone(hit) -> bool:
 
 def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[str, str]:
     """The question's topic words (English words of four letters or more, Chinese nouns)
-    that no passage and no chunk of the KB contains: what the KB cannot speak about."""
+    that no passage and no chunk of the KB contains: what the KB cannot speak about. The driver's
+    own numbers are none ("can I tow 2000 kg?" asks about towing)."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t: word for t, word in words.items()
-            if t not in seen and (len(t) >= 4 or not t.isascii()) and not kb.search(word, k=1, mode="bm25")}
+            if t not in seen and (len(t) >= 4 or not t.isascii()) and not t.replace(".", "").isdigit()
+            and not kb.search(word, k=1, mode="bm25")}
 
 
 def _similarity(kb):

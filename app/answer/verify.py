@@ -14,8 +14,11 @@ I'm not in Eco mode") is no answer to it, nor one said of the variant the driver
 passages give for another ("the 12-volt battery's warranty is 8 years"); a phone number must be the
 number of what the question asks for, and does not answer a question asking one amount. The
 question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg is
-more than the limit") without inventing them, but not of controls or menu items. Refusals are
-recognised here too, so a model that says it does not know is taken at its word.
+more than the limit") without inventing them, but not of controls or menu items. A number keeps
+the bound its source gives it ("above 10 km/h" is not "up to 10 km/h", bounds.py), a value for a
+span the driver names ("from 20 to 80 percent") must be stated for that span, and a yes or no to
+"can I tow 2,000 kg?" must agree with the limit it cites. Refusals are recognised here too, so a
+model that says it does not know is taken at its word.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from app.answer.bounds import UPPER, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
 from app.answer.places import Place, asks_place, places
 from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out
@@ -64,6 +68,18 @@ _REPLY = re.compile(r"^\s*(?:(?:no|yes)\b\W*|(?:是的|是|对|不是|不用|需
                     r"[，,。！!]\s*)", re.I)
 
 
+# "Can I tow 2,000 kg?": a yes says the driver's number is within what the passages allow
+_YES = re.compile(r"yes|是的|是|对|可以|能|会|需要|没错", re.I)
+_WITHIN = re.compile(r"^\s*(?:can|could|may|am\s+i\s+allowed|is\s+it\s+(?:ok|okay|safe|possible|fine)|will|would|"
+                     r"does|do|is|are)\b|可以|能不能|能", re.I)
+# a threshold told from its other side: "up to 10 minutes before the parking brake takes over"
+_OTHER_SIDE = re.compile(r"\b(?:before|until|till|then|after\s+(?:which|that)|beyond\s+that|otherwise)\b|"
+                         r"之前|以前|之后|然后|否则", re.I)
+# "is 2,000 kg too much?", "is it over the limit?": a yes says the number is beyond it
+_BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b|太|超|低于|高于",
+                     re.I)
+
+
 @dataclass
 class _Source:
     index: FactIndex
@@ -71,6 +87,7 @@ class _Source:
     negated: bool
     asked: bool = False  # a sentence of the question
     text: str = ""
+    sides: dict = field(default_factory=dict)  # number key -> the bounds the sentence makes it (bounds.py)
 
 
 class Verifier:
@@ -98,14 +115,20 @@ class Verifier:
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
-                                                bool(_NEGATION.search(s)), asked, s)
+                                                bool(_NEGATION.search(s)), asked, s, bounds(s))
         said = [source(s) for text in passages for s in split_sentences(text) if s.strip()]
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
         self.passage_sentences = said
-        # clauses: "with 18-inch wheels ... 480 km for the all-wheel drive version; 19-inch wheels reduce it"
-        self.clauses = [FactIndex.of([c]) for s in said for c in _CLAUSE.split(s.text) if c.strip()
-                        ] if self.qualifiers else []
+        # clauses, each with its whole passage: "with 18-inch wheels ... 480 km for the all-wheel drive
+        # version; 19-inch wheels reduce it"
+        self.clauses = [(FactIndex.of([c]), FactIndex.of([d])) for d in documents or passages
+                        for s in split_sentences(d) for c in _CLAUSE.split(s) if c.strip()] if self.qualifiers else []
+        # "from 20 to 80 percent": two of the driver's numbers in one unit name a span, which a value
+        # must have been stated for ("a full charge takes 11 hours" is not 20 to 80 percent)
+        units = [k.split(" ", 1)[1] for k in self.qualifiers if " " in k]
+        self.spans = [{k for k in self.qualifiers if k.endswith(" " + u)} for u in set(units) if units.count(u) > 1]
+        self.within = bool(_WITHIN.search(question)) and not _BEYOND.search(without_facts(question))
         self.passage_terms = set().union(*(s.terms for s in said))
         # where a thing is: the passages say it, or the driver does (their own situation) unless that
         # is what they ask
@@ -120,6 +143,9 @@ class Verifier:
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
         unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
         unsupported += [f for f in self._said_of_another_variant(facts) if f not in unsupported]
+        unsupported += [f for f in self._outside_the_span(facts) if f not in unsupported]
+        sides = bounds(sentence)
+        unsupported += [f for f in facts if f not in unsupported and self._bound_reversed(f, sides, sentence)]
         unsupported += [f for f in facts if f not in unsupported and
                         (self._someone_elses_number(f) or self._from_another_topic(f))]
         if self.amount_only and not any(f.kind in AMOUNT_KINDS for f in facts):
@@ -135,8 +161,10 @@ class Verifier:
         denial = _NEGATION.search(sentence[reply.end():] if reply else sentence)
         if denial and not refusal and not self._denied_by_a_source(own):
             unsupported.append(Fact("negation", "not", denial.group(0)))
-        if reply and not facts and not stated and not self._adds(sentence[reply.end():]):
-            unsupported.append(Fact("reply", reply.group(0).strip(" ,.:;!，。！").lower(), sentence.strip()))
+        answered = reply.group(0).strip(" ,.:;!，。！").lower() if reply else ""
+        if reply and ((not facts and not stated and not self._adds(sentence[reply.end():]))
+                      or self._reply_against_a_limit(answered, facts, sides)):
+            unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
 
     def _supported(self, fact: Fact) -> bool:
@@ -173,10 +201,12 @@ class Verifier:
         """What a quote of the passages gets wrong as the answer to the question: values of another
         variant than the one the question names, when the quote names none of the driver's ("10 to 80
         percent takes 30 minutes" for "0 to 100"; a quote that gives the WLTP range and the range at a
-        steady 120 km/h does answer "how far at 120?"), or someone else's phone number."""
+        steady 120 km/h does answer "how far at 120?"), values stated for no span the driver names, or
+        someone else's phone number."""
         facts, index = extract_facts(quote), FactIndex.of([quote])
         named = any(index.supports(Fact("number", q, q)) for q in self.qualifiers)
         wrong = [] if named else self._said_of_another_variant(facts, named=self.qualifiers)
+        wrong += [f for f in self._outside_the_span(facts) if f not in wrong]
         return wrong + [f for f in facts if f not in wrong and self._someone_elses_number(f)]
 
     def _said_of_another_variant(self, facts: list[Fact], named: set[str] | None = None) -> list[Fact]:
@@ -193,10 +223,65 @@ class Verifier:
                 continue
             unit = f.key.split(" ", 1)[1]
             variants = [Fact("number", q, q) for q in named if not q.endswith(" " + unit)]
-            sources = [c for c in self.clauses if c.supports(f)]
-            if variants and sources and not any(c.supports(v) for c in sources for v in variants):
+            sources = [c for c in self.clauses if c[0].supports(f)]
+            if variants and sources and not any(_names(c, v) for c in sources for v in variants):
                 wrong.append(f)
         return wrong
+
+    def _outside_the_span(self, facts: list[Fact]) -> list[Fact]:
+        """Values for a span the driver names ("from 20 to 80 percent on a 7.4 kW wallbox") that no
+        passage clause states for that span: "it takes about 11 hours" is the full charge's time,
+        whether or not the answer repeats the span."""
+        wrong = []
+        for f in facts:
+            if not self._passage_value(f):
+                continue
+            unit = " " + f.key.split(" ", 1)[1]
+            sources = [c for c, _ in self.clauses if c.supports(f)]
+            if sources and any(not any(k.endswith(unit) for k in span) and
+                               not any(all(c.supports(Fact("number", k, k)) for k in span) for c in sources)
+                               for span in self.spans):
+                wrong.append(f)
+        return wrong
+
+    def _bound_reversed(self, fact: Fact, sides: dict, sentence: str) -> bool:
+        """A passage's number with its bound turned round: "works up to 10 km/h" from "when you drive
+        above 10 km/h". Only when every passage sentence stating it bounds it the other way, and the
+        sentence does not speak of what comes on the other side ("holds the car for up to 10 minutes
+        before the parking brake takes over" is "held for more than 10 minutes, the parking brake is
+        applied")."""
+        said = sides.get(fact.key, set()) - {None}
+        if len(said) != 1 or _OTHER_SIDE.search(sentence):
+            return False
+        theirs = self._sources_sides(fact)
+        return bool(theirs) and not theirs & (said | {None})
+
+    def _sources_sides(self, fact: Fact) -> set[str | None]:
+        """The bounds the passage sentences stating a number give it."""
+        return set().union(*(s.sides.get(fact.key, set()) for s in self.passage_sentences if s.index.supports(fact)))
+
+    def _reply_against_a_limit(self, reply: str, facts: list[Fact], sides: dict) -> bool:
+        """A yes or no to "can I tow 2,000 kg?" that the limit it cites contradicts: "Yes, you can tow
+        up to 1,500 kg." The driver's number (one no passage states) is held against each of the
+        sentence's passage values in its unit, bounded as the sentence or else its sources bound it."""
+        if not reply or not self.within:
+            return False
+        yes = bool(_YES.fullmatch(reply))
+        for f in facts:
+            if not self._passage_value(f) or f.kind != "number":
+                continue
+            side = sides.get(f.key, set()) - {None}
+            if len(side) != 1:
+                side = self._sources_sides(f) - {None}
+            if len(side) != 1:
+                continue
+            limit, unit = float(f.value), f.key.split(" ", 1)[1]
+            for asked in self.drivers_numbers:
+                if asked.endswith(" " + unit) and not self.names.supports(Fact("number", asked, asked)):
+                    value = float(asked.split(" ", 1)[0])
+                    if (value <= limit if side == {UPPER} else value >= limit) is not yes:
+                        return True
+        return False
 
     def _passage_value(self, fact: Fact) -> bool:
         """A number with a unit that the driver did not say: a value the answer takes from the passages."""
@@ -257,6 +342,15 @@ class Verifier:
 def is_bare_reply(sentence: str) -> bool:
     """"Yes." alone: checked with the sentence after it, which says what the reply rests on."""
     return bool(_REPLY.fullmatch(sentence))
+
+
+def _names(clause: tuple[FactIndex, FactIndex], variant: Fact) -> bool:
+    """Whether a clause is about the variant: it names it, or names no value in its unit and its
+    passage names it ("It usually lasts four to six years" in the 12 volt battery's entry)."""
+    own, passage = clause
+    unit = " " + variant.key.split(" ", 1)[1] if " " in variant.key else None
+    return own.supports(variant) or (unit is not None and not any(k.endswith(unit) for k in own.numbers)
+                                     and passage.supports(variant))
 
 
 def _shares_stem(said: set[str], word: str) -> bool:

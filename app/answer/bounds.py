@@ -1,0 +1,60 @@
+"""Which side of a number a sentence puts what it speaks of.
+
+"Radar sensors watch the blind spots when you drive above 10 km/h" makes 10 km/h a lower bound; a
+small model answering "up to what speed does it work?" says "it works up to 10 km/h": the passage's
+number, its meaning reversed. So each number's bound is read off the words around it:
+
+    "above / over / more than / at least / 超过 X", "X 以上"            -> lower
+    "up to / below / under / at most / maximum / 不超过 X", "X 以下"    -> upper
+    a negation before the bound in its clause flips it: "do not drive faster than 50 km/h" -> upper
+    "X to Y", "between X and Y", a number on its own                   -> no bound
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.answer.facts import extract_facts, normalize
+
+UPPER, LOWER = "upper", "lower"
+
+_ABOUT = r"(?:about|around|approximately|roughly|约|大约)?\s*$"
+_UPPER_BEFORE = re.compile(r"(?:\bup\s+to|\bbelow|\bunder|\b(?:less|lower|slower)\s+than|\bat\s+most|"
+                           r"\bmax(?:imum)?(?:\s+(?:is|of))?|\bwithin|"
+                           r"不超过|低于|最多|最高|小于|少于)\s*" + _ABOUT, re.I)
+_LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater)\s+than|\bat\s+least|"
+                           r"\bminimum(?:\s+(?:is|of))?|\bbeyond|\bexceed(?:s|ing)?|"
+                           r"超过|高于|至少|大于|多于)\s*" + _ABOUT, re.I)
+_UPPER_AFTER = re.compile(r"^\s*(?:以下|以内|之内|or\s+(?:less|below|under|lower)\b)", re.I)
+_LOWER_AFTER = re.compile(r"^\s*(?:以上|or\s+(?:more|above|higher|over)\b|and\s+(?:above|over)\b)", re.I)
+_NEGATION = re.compile(r"\b(?:not|never|no|cannot)\b|n't\b|不|别|勿", re.I)
+_CLAUSE_START = re.compile(r".*[,;:.!?，；：。！？]", re.S)
+_RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d", re.I)
+
+
+def _flip(side: str) -> str:
+    return LOWER if side == UPPER else UPPER
+
+
+def _side(before: str, after: str) -> str | None:
+    for pattern, side in ((_UPPER_BEFORE, UPPER), (_LOWER_BEFORE, LOWER)):
+        m = pattern.search(before)
+        if m:
+            clause = _CLAUSE_START.sub("", before[:m.start()])
+            # "do not exceed", "no more than", "不超过": a negated lower bound is an upper one
+            return _flip(side) if _NEGATION.search(clause[-25:]) else side
+    for pattern, side in ((_UPPER_AFTER, UPPER), (_LOWER_AFTER, LOWER)):
+        if pattern.search(after):
+            return side
+    return None
+
+
+def bounds(text: str) -> dict[str, set[str | None]]:
+    """Each number's key -> the bounds the text makes it (None: a number said plainly, or a range's end)."""
+    text = normalize(text)
+    out: dict[str, set[str | None]] = {}
+    for f in {f for f in extract_facts(text) if f.kind == "number"}:
+        for m in re.finditer(re.escape(f.text), text):
+            side = None if _RANGE.search(f.text) else _side(text[:m.start()], text[m.end():])
+            out.setdefault(f.key, set()).add(side)
+    return out
