@@ -621,3 +621,41 @@ def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
     passages = [Passage.of(1, _hit("towing", TOWING, 0.6, 8.0))]
     assert _unknown_words(KB(), content_words("Can I tow 2000 kg?", topic_only=True), passages) == {}
     assert set(_unknown_words(KB(), content_words("Can I tow a caravan?", topic_only=True), passages).values()) == {"caravan"}
+
+
+TREAD = ("The legal minimum tread depth in most countries is 1.6 mm. For safety, Aurora recommends replacing summer "
+         "tyres at 3 mm and winter tyres at 4 mm.")
+HEAT_PUMP = "The heat pump is most efficient above minus 10 degrees Celsius. Below that, a high-voltage heater helps out."
+
+
+@pytest.mark.parametrize("passages, answer, ok", [
+    ([TYRES], "The rear tyres need 240 kPa.", False),  # the front's
+    ([TYRES], "Inflate the rear tyres to 260 kPa (38 psi).", True),
+    ([TYRES], "The front tyres need 240 kPa and the rear 260 kPa.", True),
+    ([TYRES], "The front tyres need 260 kPa and the rear 240 kPa.", False),
+    ([TYRES], "With a full load, use 260 kPa at the front.", True),  # the list that ends in its names
+    ([TYRES], "With a full load, use 290 kPa at the front.", False),
+    ([TYRES, "Switch the compressor on until the tyre reaches 240 kPa."], "The rear tyres need 240 kPa.", False),
+    ([TREAD], "Replace winter tyres at 3 mm.", False),  # the summer tyres'
+    ([TREAD], "Winter tyres should be replaced at 4 mm.", True),
+    ([TREAD], "The legal minimum tread depth is 1.6 mm.", True),
+    ([RANGE], "The rear-wheel drive version does up to 480 km.", False),
+    ([RANGE], "The all-wheel drive version does up to 480 km with 18-inch wheels.", True),
+    ([FAST_ZH], "从百分之十充到八十大约需要三十分钟。", True),  # a span, not a list
+])
+def test_a_number_of_a_list_belongs_to_its_own_thing(passages, answer, ok):
+    check = Verifier(passages, "What does the manual say?").check(answer)
+    assert check.ok is ok, check.unsupported
+
+
+@pytest.mark.parametrize("answer, ok", [
+    ("The heat pump is most efficient above minus 10 degrees Celsius.", True),
+    ("It works best above -10 °C.", True),
+    ("The heat pump is most efficient above 10 degrees Celsius.", False),  # the sign is the fact
+    ("热泵在零下十摄氏度以上效率最高。", True),
+    ("热泵在10摄氏度以上效率最高。", False),
+])
+def test_a_negative_number_keeps_its_sign(answer, ok):
+    passages = [HEAT_PUMP, "热泵在零下 10 摄氏度以上效率最高。"]
+    check = Verifier(passages, "Above what temperature is the heat pump most efficient?").check(answer)
+    assert check.ok is ok, check.unsupported

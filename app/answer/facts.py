@@ -5,6 +5,7 @@ Each fact carries a comparison key that is the same however it was written:
 
     "1,500 kg" · "1500 kilograms" · "一千五百公斤"          -> number 1500 kg
     "thirty minutes" · "30 min" · "三十分钟" · "３０分钟"    -> number 30 min
+    "minus 10 degrees" · "-10 °C" · "零下十度"               -> number -10 °c
     "800-555-0199" · "800 555 0199"                         -> phone 8005550199
     "Settings > Vehicle > Tyres" · “设置”→“车辆”              -> menu items settings, vehicle, tyres
 
@@ -151,7 +152,7 @@ _ZH_KILO = {"千瓦时": "kWh", "千瓦": "kW", "千克": "kg", "千米": "km", 
 
 def normalize(text: str) -> str:
     """One spelling for numbers: NFKC (full-width forms), Chinese numerals and number words as digits."""
-    text = unicodedata.normalize("NFKC", text).replace("\u2212", "-")
+    text = unicodedata.normalize("NFKC", text).replace("\u2212", "-").replace("零下", " minus ")
     text = _ZH_KILO_UNITS.sub(lambda m: _ZH_KILO[m.group(0)], text)
     return _en_numbers(_zh_numbers(text))
 
@@ -172,7 +173,9 @@ class Fact:
 _PHONE = re.compile(r"(?<![0-9A-Za-z.])\+?\d{2,4}(?:[\s.-]\d{2,4}){2,4}(?![0-9A-Za-z])")
 # letters and digits in one word: "CCS2", "R18", "P0A80" (a digit run with a unit is a number instead)
 _CODE = re.compile(r"(?<![0-9A-Za-z])(?=[A-Za-z0-9-]*\d)[A-Za-z][A-Za-z0-9]*(?:-?[A-Za-z0-9]+)*(?![0-9A-Za-z])")
-_NUMBER = re.compile(r"(?P<cur>[€$£¥])?\s?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+# a sign is part of the value: "above minus 10 degrees" is not "above 10 degrees" ("4-6 years" is a range)
+_NUMBER = re.compile(r"(?P<cur>[€$£¥])?\s?(?P<sign>(?<![\w.,])-|\bminus\s+|\bnegative\s+)?"
+                     r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
                      rf"(?:\s*(?:-|to|–|—|~|至|到)\s*\d+(?:\.\d+)?)?"
                      rf"(?:[\s-]?(?P<unit>{_UNIT_ALT})(?![A-Za-z]))?(?:\s?(?P<cur2>元|euros?|dollars))?", re.I)
 _MENU_SEP = re.compile(r"\s*(?:>|›|→)\s*")
@@ -223,6 +226,7 @@ def extract_facts(text: str) -> list[Fact]:
             continue
         value = m.group("num").replace(",", "")
         value = value.rstrip("0").rstrip(".") if "." in value else value
+        value = "-" + value if m.group("sign") and value != "0" else value
         cur = m.group("cur") or m.group("cur2")
         unit = _CURRENCY[cur.lower()] if cur else _UNIT_OF.get((m.group("unit") or "").lower())
         facts.append(Fact("number", f"{value} {unit}" if unit else value, m.group(0).strip()))

@@ -15,7 +15,8 @@ passages give for another ("the 12-volt battery's warranty is 8 years"); a phone
 number of what the question asks for, and does not answer a question asking one amount. The
 question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg is
 more than the limit") without inventing them, but not of controls or menu items. A number keeps
-the bound its source gives it ("above 10 km/h" is not "up to 10 km/h", bounds.py), a value for a
+the bound its source gives it ("above 10 km/h" is not "up to 10 km/h", bounds.py) and, from a list,
+its own thing (the front tyres' 240 kPa is not the rear's, pairing.py); a value for a
 span the driver names ("from 20 to 80 percent") must be stated for that span, and a yes or no to
 "can I tow 2,000 kg?" must agree with the limit it cites. Refusals are recognised here too, so a
 model that says it does not know is taken at its word.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 
 from app.answer.bounds import UPPER, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
+from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
 from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out
 from app.answer.relevance import terms
@@ -88,6 +90,7 @@ class _Source:
     asked: bool = False  # a sentence of the question
     text: str = ""
     sides: dict = field(default_factory=dict)  # number key -> the bounds the sentence makes it (bounds.py)
+    pairs: dict = field(default_factory=dict)  # number key -> what the sentence says it of, in a list (pairing.py)
 
 
 class Verifier:
@@ -115,7 +118,7 @@ class Verifier:
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
-                                                bool(_NEGATION.search(s)), asked, s, bounds(s))
+                                                bool(_NEGATION.search(s)), asked, s, bounds(s), said_of(s))
         said = [source(s) for text in passages for s in split_sentences(text) if s.strip()]
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
@@ -130,6 +133,8 @@ class Verifier:
         self.spans = [{k for k in self.qualifiers if k.endswith(" " + u)} for u in set(units) if units.count(u) > 1]
         self.within = bool(_WITHIN.search(question)) and not _BEYOND.search(without_facts(question))
         self.passage_terms = set().union(*(s.terms for s in said))
+        # the words that tell a list's numbers apart ("front", "rear"), whatever the list
+        self.telling = set().union(*(w for s in said for w in s.pairs.values()))
         # where a thing is: the passages say it, or the driver does (their own situation) unless that
         # is what they ask
         self.place_sources = said if asks_place(question) else said + asked
@@ -144,8 +149,9 @@ class Verifier:
         unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
         unsupported += [f for f in self._said_of_another_variant(facts) if f not in unsupported]
         unsupported += [f for f in self._outside_the_span(facts) if f not in unsupported]
-        sides = bounds(sentence)
+        sides, pairs = bounds(sentence), said_of(sentence)
         unsupported += [f for f in facts if f not in unsupported and self._bound_reversed(f, sides, sentence)]
+        unsupported += [f for f in facts if f not in unsupported and self._paired_with_another(f, pairs.get(f.key, said))]
         unsupported += [f for f in facts if f not in unsupported and
                         (self._someone_elses_number(f) or self._from_another_topic(f))]
         if self.amount_only and not any(f.kind in AMOUNT_KINDS for f in facts):
@@ -255,6 +261,21 @@ class Verifier:
             return False
         theirs = self._sources_sides(fact)
         return bool(theirs) and not theirs & (said | {None})
+
+    def _paired_with_another(self, fact: Fact, mine: set[str]) -> bool:
+        """A number from a list given to another of its things: "the rear tyres need 240 kPa" from "the
+        front tyres to 240 kPa and the rear tyres to 260 kPa". `mine`: what the sentence says the
+        number of (its own list's words for it, or all its terms). The things it names that lists
+        tell apart must all be the number's own in a list stating it, or all be named by a sentence
+        stating it alone ("until the tyre reaches 240 kPa" does not make it the rear's)."""
+        if fact.kind != "number" or fact.key in self.drivers_numbers:
+            return False
+        named = mine & self.telling
+        if not named:
+            return False
+        sources = [s for s in self.passage_sentences if s.index.supports(fact)]
+        return bool(sources) and not any(named <= (s.pairs[fact.key] if fact.key in s.pairs else s.terms)
+                                         for s in sources)
 
     def _sources_sides(self, fact: Fact) -> set[str | None]:
         """The bounds the passage sentences stating a number give it."""

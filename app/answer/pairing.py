@@ -1,0 +1,90 @@
+"""What each of a sentence's numbers is said of, when it gives several in one unit.
+
+"Inflate the front tyres to 240 kPa and the rear tyres to 260 kPa" pairs 240 with the front and 260
+with the rear; a small model answering about the rear tyres may still say 240. Each number's words
+are the nearest terms on its side of the list: before it when the list names its things first
+("summer tyres at 3 mm and winter tyres at 4 mm"), after it when the list ends in a name ("use 260
+kPa front and 290 kPa rear", "520 km for the rear-wheel drive version and 480 km for the all-wheel
+drive version"). Only the words that tell the numbers apart count: "tyres" is said of both.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.answer.facts import extract_facts, normalize, without_facts
+from app.answer.relevance import term_words
+
+NEAREST = 2  # terms per number: "replacing summer tyres at 3 mm" is said of summer tyres, not of replacing
+
+
+def _unit(key: str) -> str | None:
+    return key.split(" ", 1)[1] if " " in key else None
+
+
+def said_of(text: str) -> dict[str, set[str]]:
+    """For each number of a unit a clause of the text gives two or more values in: the terms that
+    tell it apart from the others (empty when its words are the others' too). Numbers of a unit given
+    once in their clause are left out."""
+    out: dict[str, set[str]] = {}
+    for clause in _CLAUSE.split(normalize(text)):
+        for key, words in _said_of(clause).items():
+            out.setdefault(key, set()).update(words)
+    return out
+
+
+def _said_of(text: str) -> dict[str, set[str]]:
+    facts = [f for f in extract_facts(text) if f.kind == "number" and _unit(f.key)]
+    out: dict[str, set[str]] = {}
+    for unit in {_unit(f.key) for f in facts}:
+        groups: list[tuple[set[str], int, int]] = []  # the keys a stretch of text states, where it is
+        at = 0
+        for f in (f for f in facts if _unit(f.key) == unit):  # in order of appearance
+            start = text.find(f.text, at)
+            if start < 0:  # a range's other end: the same words as the end before it
+                groups[-1][0].add(f.key)
+                continue
+            if groups and _SPAN.fullmatch(text[groups[-1][2]:start]):  # "从10%充到80%": one span, not a list
+                groups[-1] = (groups[-1][0] | {f.key}, groups[-1][1], start + len(f.text))
+            else:
+                groups.append(({f.key}, start, start + len(f.text)))
+            at = start + len(f.text)
+        if len(groups) > 1:
+            out.update(_words(text, groups))
+    return out
+
+
+_CJK = re.compile(r"([\u4e00-\u9fff]+)")
+_CLAUSE = re.compile(r"[;；]")
+_SPAN = re.compile(r"\s*(?:to|and|-|–|—|~|[\u4e00-\u9fff]?[到至])\s*", re.I)
+
+
+def _terms(text: str) -> list[str]:
+    """The text's content terms in order (term_words' English stems and Chinese bigrams)."""
+    out = []
+    for piece in _CJK.split(without_facts(text)):
+        known = term_words(piece)
+        grams = [piece[i:i + 2] for i in range(len(piece) - 1)] or [piece] if _CJK.fullmatch(piece) else list(known)
+        out += [g for g in grams if g in known]
+    return out
+
+
+def _words(text: str, groups: list[tuple[set[str], int, int]]) -> dict[str, set[str]]:
+    """Each number's nearest terms on its side, less every term of the other numbers' stretches:
+    "480 km for the all-wheel drive version" keeps nothing the rear-wheel drive's stretch also says."""
+    after = bool(_terms(text[groups[-1][2]:]))  # the list ends in a name: each number's words follow it
+    near, stretch = [], []
+    for i, (_, start, end) in enumerate(groups):
+        if after:
+            words = _terms(text[end:groups[i + 1][1] if i + 1 < len(groups) else len(text)])
+            near.append(set(words[:NEAREST]))
+        else:
+            words = _terms(text[groups[i - 1][2] if i else 0:start])
+            near.append(set(words[-NEAREST:]))
+        stretch.append(set(words))
+    out: dict[str, set[str]] = {}
+    for i, (keys, _, _) in enumerate(groups):
+        own = near[i] - set().union(*(w for j, w in enumerate(stretch) if j != i))
+        for key in keys:
+            out.setdefault(key, set()).update(own)
+    return out
