@@ -610,7 +610,8 @@ def test_a_chunk_is_widened_to_its_section_only_for_a_value_it_lacks():
 
 
 def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
-    # "can I tow 2000 kg?" asks about towing: a 2000 the KB never writes is not a topic it lacks
+    # "can I tow 2000 kg?" asks about towing: a 2000 the KB never writes is not a topic it lacks, nor is
+    # "heaviest", which says what kind of answer is wanted
     from app.answer.passages import Passage
     from app.answer.pipeline import _unknown_words
 
@@ -620,6 +621,7 @@ def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
 
     passages = [Passage.of(1, _hit("towing", TOWING, 0.6, 8.0))]
     assert _unknown_words(KB(), content_words("Can I tow 2000 kg?", topic_only=True), passages) == {}
+    assert _unknown_words(KB(), content_words("What's the heaviest trailer I can tow?", topic_only=True), passages) == {}
     assert set(_unknown_words(KB(), content_words("Can I tow a caravan?", topic_only=True), passages).values()) == {"caravan"}
 
 
@@ -659,3 +661,20 @@ def test_a_negative_number_keeps_its_sign(answer, ok):
     passages = [HEAT_PUMP, "热泵在零下 10 摄氏度以上效率最高。"]
     check = Verifier(passages, "Above what temperature is the heat pump most efficient?").check(answer)
     assert check.ok is ok, check.unsupported
+
+
+def test_a_sentence_starting_with_a_pronoun_is_about_the_one_before():
+    passage = "Every Aurora EV has a heat pump. It is most efficient above minus 10 degrees Celsius."
+    check = Verifier([passage], "down to what temperature does the heat pump work well?").check(
+        "The heat pump works well down to minus 10 degrees Celsius.")
+    assert check.ok, check.unsupported
+    assert not Verifier([passage], "How cold can the boot get?").check("The boot gets down to minus 10 degrees.").ok
+
+
+def test_a_bare_number_naming_the_thing_is_no_other_variant():
+    # "the 360 camera": its entry's clause says "below 15 km/h" without repeating the 360
+    entry = ("How do I use the 360-degree camera?\nThe 360-degree camera shows a bird's-eye view of the car. Press the "
+             "camera button on the centre console at speeds below 15 km/h.")
+    title, body = entry.split("\n")
+    verifier = Verifier([body, title], "Up to what speed does the 360 camera work?", documents=[entry])
+    assert verifier.check("The 360-degree camera works up to 15 km/h.").ok

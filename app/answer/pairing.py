@@ -56,6 +56,7 @@ def _said_of(text: str) -> dict[str, set[str]]:
 
 _CJK = re.compile(r"([\u4e00-\u9fff]+)")
 _CLAUSE = re.compile(r"[;；]")
+_CONJUNCTION = re.compile(r"\b(?:and|or|while|but|whereas)\b|[,，、]|和|而", re.I)
 _SPAN = re.compile(r"\s*(?:to|and|-|–|—|~|[\u4e00-\u9fff]?[到至])\s*", re.I)
 
 
@@ -70,21 +71,26 @@ def _terms(text: str) -> list[str]:
 
 
 def _words(text: str, groups: list[tuple[set[str], int, int]]) -> dict[str, set[str]]:
-    """Each number's nearest terms on its side, less every term of the other numbers' stretches:
-    "480 km for the all-wheel drive version" keeps nothing the rear-wheel drive's stretch also says."""
-    after = bool(_terms(text[groups[-1][2]:]))  # the list ends in a name: each number's words follow it
-    near, stretch = [], []
-    for i, (_, start, end) in enumerate(groups):
-        if after:
-            words = _terms(text[end:groups[i + 1][1] if i + 1 < len(groups) else len(text)])
-            near.append(set(words[:NEAREST]))
-        else:
-            words = _terms(text[groups[i - 1][2] if i else 0:start])
-            near.append(set(words[-NEAREST:]))
-        stretch.append(set(words))
+    """Each number's nearest terms on its side of the list, less every term the other numbers' stretches
+    say: "480 km for the all-wheel drive version" keeps nothing the rear-wheel drive's stretch says too.
+    Between two numbers a conjunction splits the words: before it they follow the first number
+    ("260 kPa front and"), after it they lead to the next ("and the rear tyres to 260 kPa"). The
+    side with more words between the numbers is the list's; a tie goes to the side the list's
+    ends have words on (the head before the first number or the tail after the last)."""
+    between = [_CONJUNCTION.split(text[a[2]:b[1]], maxsplit=1) for a, b in zip(groups, groups[1:])]
+    follow = [_terms(parts[0]) if len(parts) > 1 else [] for parts in between]
+    lead = [_terms(parts[-1]) for parts in between]
+    head, tail = _terms(text[:groups[0][1]]), _terms(text[groups[-1][2]:])
+    after = (sum(map(len, follow)), bool(tail)) > (sum(map(len, lead)), bool(head))
+    if after:  # "use 260 kPa front and 290 kPa rear": the names follow their numbers
+        stretches = [*follow, tail]
+        near = [set(w[:NEAREST]) for w in stretches]
+    else:  # "the front tyres to 240 kPa and the rear tyres to 260 kPa"
+        stretches = [head, *lead]
+        near = [set(w[-NEAREST:]) for w in stretches]
     out: dict[str, set[str]] = {}
     for i, (keys, _, _) in enumerate(groups):
-        own = near[i] - set().union(*(w for j, w in enumerate(stretch) if j != i))
+        own = near[i] - set().union(*(set(w) for j, w in enumerate(stretches) if j != i))
         for key in keys:
             out.setdefault(key, set()).update(own)
     return out

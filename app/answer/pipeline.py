@@ -27,7 +27,7 @@ from app.answer.facts import QUANTITY_KINDS, extract_facts, states_phone, states
 from app.answer.passage_kv import PassageKV
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, passage_prompt, select,
                                  with_system)
-from app.answer.question import (answers_kind, asks_phone, asks_quantity, meant, on_topic, parts, unit_of,
+from app.answer.question import (ASKING, answers_kind, asks_phone, asks_quantity, meant, on_topic, parts, unit_of,
                                  wanted_units)
 from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import SentenceStream, is_list_marker, join_sentences, split_sentences, strip_markdown
@@ -226,11 +226,12 @@ def _states_phone(hit) -> bool:
 def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[str, str]:
     """The question's topic words (English words of four letters or more, Chinese nouns)
     that no passage and no chunk of the KB contains: what the KB cannot speak about. The driver's
-    own numbers are none ("can I tow 2000 kg?" asks about towing)."""
+    own numbers are none ("can I tow 2000 kg?" asks about towing), nor words that say what kind of answer
+    is wanted ("the lowest charge limit")."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t: word for t, word in words.items()
-            if t not in seen and (len(t) >= 4 or not t.isascii()) and not t.replace(".", "").isdigit()
-            and not kb.search(word, k=1, mode="bm25")}
+            if t not in seen and t not in ASKING and (len(t) >= 4 or not t.isascii())
+            and not t.replace(".", "").isdigit() and not kb.search(word, k=1, mode="bm25")}
 
 
 def _similarity(kb):

@@ -71,11 +71,13 @@ def asks_amount(question: str) -> bool:
     return bool(_AMOUNT.search(question)) and not asks_phone(question)
 
 
-# words that say what kind of answer is wanted, not what it is about
-_ASKING = terms("number phone call ring dial capacity amount size value maximum minimum")
+# words that say what kind of answer is wanted, not what it is about ("the lowest charge limit" asks
+# about the charge limit)
+ASKING = terms("number phone call ring dial capacity amount size value maximum minimum lowest highest fastest "
+               "slowest longest shortest biggest smallest largest heaviest lightest earliest latest furthest")
 
 
-_PHONE_WORDS = _ASKING | {"电话", "号码", "电话号码", "热线", "多少"}
+_PHONE_WORDS = ASKING | {"电话", "号码", "电话号码", "热线", "多少"}
 
 
 def phone_topic(question: str) -> set[str]:
@@ -87,7 +89,7 @@ def phone_topic(question: str) -> set[str]:
 def topic(question: str) -> set[str]:
     """The question's content terms that name what it is about (numbers, units and words such as
     "number" or "capacity" taken out: they describe the answer)."""
-    return terms(without_facts(question)) - _ASKING
+    return terms(without_facts(question)) - ASKING
 
 
 def on_topic(question: str, passage: str) -> bool:

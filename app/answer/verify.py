@@ -70,6 +70,7 @@ _REPLY = re.compile(r"^\s*(?:(?:no|yes)\b\W*|(?:是的|是|对|不是|不用|需
                     r"[，,。！!]\s*)", re.I)
 
 
+_PRONOUN = re.compile(r"\s*(?:it|its|they|their|this|these|those|he|she)\b|\s*(?:它|其|这|该)", re.I)
 # "Can I tow 2,000 kg?": a yes says the driver's number is within what the passages allow
 _YES = re.compile(r"yes|是的|是|对|可以|能|会|需要|没错", re.I)
 _WITHIN = re.compile(r"^\s*(?:can|could|may|am\s+i\s+allowed|is\s+it\s+(?:ok|okay|safe|possible|fine)|will|would|"
@@ -91,6 +92,9 @@ class _Source:
     text: str = ""
     sides: dict = field(default_factory=dict)  # number key -> the bounds the sentence makes it (bounds.py)
     pairs: dict = field(default_factory=dict)  # number key -> what the sentence says it of, in a list (pairing.py)
+    # the sentence before's terms, for one that starts with a pronoun: "It is most efficient above minus 10
+    # degrees" is about the heat pump
+    referred: set = field(default_factory=set)
 
 
 class Verifier:
@@ -119,7 +123,13 @@ class Verifier:
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
                                                 bool(_NEGATION.search(s)), asked, s, bounds(s), said_of(s))
-        said = [source(s) for text in passages for s in split_sentences(text) if s.strip()]
+        said = []
+        for text in passages:
+            for s in split_sentences(text):
+                if s.strip():
+                    said.append(source(s))
+                    if len(said) > 1 and _PRONOUN.match(s) and said[-2].text in text:
+                        said[-1].referred = said[-2].terms | said[-2].referred
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
         self.passage_sentences = said
@@ -357,7 +367,7 @@ class Verifier:
         if not own:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
-        return not sources or any(own & s.terms for s in sources)
+        return not sources or any(own & (s.terms | s.referred) for s in sources)
 
 
 def is_bare_reply(sentence: str) -> bool:
@@ -370,8 +380,9 @@ def _names(clause: tuple[FactIndex, FactIndex], variant: Fact) -> bool:
     passage names it ("It usually lasts four to six years" in the 12 volt battery's entry)."""
     own, passage = clause
     unit = " " + variant.key.split(" ", 1)[1] if " " in variant.key else None
-    return own.supports(variant) or (unit is not None and not any(k.endswith(unit) for k in own.numbers)
-                                     and passage.supports(variant))
+    # a bare number ("the 360 camera") is another variant's when the clause states bare numbers too
+    names_others = any(k.endswith(unit) for k in own.numbers) if unit else bool(own.bare)
+    return own.supports(variant) or (not names_others and passage.supports(variant))
 
 
 def _shares_stem(said: set[str], word: str) -> bool:
