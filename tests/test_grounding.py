@@ -678,3 +678,18 @@ def test_a_bare_number_naming_the_thing_is_no_other_variant():
     title, body = entry.split("\n")
     verifier = Verifier([body, title], "Up to what speed does the 360 camera work?", documents=[entry])
     assert verifier.check("The 360-degree camera works up to 15 km/h.").ok
+
+
+AIRBAG = "To switch off the airbag, open Settings, then Safety, then Passenger airbag, select Off and confirm."
+
+
+@pytest.mark.parametrize("answer, ok", [
+    ("Open Settings, then Safety, then Passenger airbag, and select Off.", True),
+    ("Open Settings > Safety > Passenger airbag and select Off.", True),  # the same steps in the other style
+    ("To switch it off, open Settings, then Vehicle, then Passenger airbag.", False),  # Vehicle is the tyres' menu
+    ("Open Settings, then Passenger airbag.", False),  # a step left out: no such item under Settings
+    ("在中控屏上打开“设置”→“安全”→“乘客安全气囊”。", False),  # items of no passage
+])
+def test_a_menu_path_takes_the_passages_steps(answer, ok):
+    check = Verifier([AIRBAG, TPMS], "How do I turn off the passenger airbag?").check(answer)
+    assert check.ok is ok, check.unsupported

@@ -190,6 +190,12 @@ _BUTTON = re.compile(r"\b((?:[A-Z][\w-]*\s){0,3}[A-Z][\w-]*)\s+(?:button|switch|
 _CONTROL = re.compile(r"\b(?:[Tt]ap|[Ss]elect|[Pp]ress|[Cc]hoose|[Tt]urn on|[Ss]witch on)\s+(?:the\s+)?"
                       r"((?:[A-Z][\w-]*)(?:\s+[A-Z][\w-]*){0,3})")
 _CITATION = re.compile(r"\[\d+\]")
+# a path told in words: "open Settings, then Safety, then Passenger airbag, select Off"; an item is a
+# capitalised word and the words after it up to the next ", then" or the end of the path
+_THEN_ITEM = r"[A-Z][\w-]*(?:\s+[\w-]+){0,3}?"
+_THEN_PATH = re.compile(rf"\b(?:[Oo]pen|[Gg]o to|[Cc]hoose|[Ss]elect|[Tt]ap)\s+(?:the\s+)?"
+                        rf"(?P<path>{_THEN_ITEM}(?:,\s*then\s+{_THEN_ITEM})+)(?=\s*(?:[,.;:!?]|$|\s+(?:and|to|on|"
+                        rf"before|after|where|for|in|so|until|when|with|from|or)\b))")
 
 
 def _menu_items(path: str) -> list[str]:
@@ -200,6 +206,15 @@ def _menu_items(path: str) -> list[str]:
         if m:
             items.append(_VERB.sub("", m.group(1).strip("“”\"「」")).lower())
     return items
+
+
+def menu_paths(text: str) -> list[list[str]]:
+    """The menu paths a text gives, each as its items in order: "Settings > Vehicle > Tyres", "open
+    Settings, then Vehicle, then Tyres", “设置”→“车辆”→“轮胎”."""
+    text = normalize(_CITATION.sub(" ", text))
+    paths = [_menu_items(m.group(0)) for m in _MENU.finditer(text)]
+    paths += [[_loose(i) for i in re.split(r",\s*then\s+", m.group("path"))] for m in _THEN_PATH.finditer(text)]
+    return [p for p in paths if len(p) > 1]
 
 
 def extract_facts(text: str) -> list[Fact]:

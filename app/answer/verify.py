@@ -16,7 +16,8 @@ number of what the question asks for, and does not answer a question asking one 
 question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg is
 more than the limit") without inventing them, but not of controls or menu items. A number keeps
 the bound its source gives it ("above 10 km/h" is not "up to 10 km/h", bounds.py) and, from a list,
-its own thing (the front tyres' 240 kPa is not the rear's, pairing.py); a value for a
+its own thing (the front tyres' 240 kPa is not the rear's, pairing.py); a menu path must take the
+passages' steps (Settings > Vehicle > Passenger airbag is no path to the airbag switch); a value for a
 span the driver names ("from 20 to 80 percent") must be stated for that span, and a yes or no to
 "can I tow 2,000 kg?" must agree with the limit it cites. Refusals are recognised here too, so a
 model that says it does not know is taken at its word.
@@ -28,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from app.answer.bounds import UPPER, bounds
-from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, without_facts
+from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
 from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out
@@ -143,6 +144,8 @@ class Verifier:
         self.spans = [{k for k in self.qualifiers if k.endswith(" " + u)} for u in set(units) if units.count(u) > 1]
         self.within = bool(_WITHIN.search(question)) and not _BEYOND.search(without_facts(question))
         self.passage_terms = set().union(*(s.terms for s in said))
+        # each step from one menu item to the next that a passage gives
+        self.steps = [(a, b) for text in passages for path in menu_paths(text) for a, b in zip(path, path[1:])]
         # the words that tell a list's numbers apart ("front", "rear"), whatever the list
         self.telling = set().union(*(w for s in said for w in s.pairs.values()))
         # where a thing is: the passages say it, or the driver does (their own situation) unless that
@@ -169,6 +172,9 @@ class Verifier:
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
                             and f.key not in self.drivers_numbers]
+        unsupported += [Fact("menu", f"{a} > {b}", f"{a} > {b}") for path in menu_paths(sentence)
+                        for a, b in zip(path, path[1:]) if not any(_same_item(a, x) and _same_item(b, y)
+                                                                   for x, y in self.steps)]
         stated = places(sentence)
         about = own - set().union(*(p.key for p in stated))
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated if not self._placed(p, about)]
@@ -383,6 +389,12 @@ def _names(clause: tuple[FactIndex, FactIndex], variant: Fact) -> bool:
     # a bare number ("the 360 camera") is another variant's when the clause states bare numbers too
     names_others = any(k.endswith(unit) for k in own.numbers) if unit else bool(own.bare)
     return own.supports(variant) or (not names_others and passage.supports(variant))
+
+
+def _same_item(a: str, b: str) -> bool:
+    """Menu items as two styles write them: "Passenger airbag" in "then Passenger airbag", "Passenger" in
+    "Safety > Passenger airbag" (capitalised words only)."""
+    return a == b or a.startswith(b + " ") or b.startswith(a + " ")
 
 
 def _shares_stem(said: set[str], word: str) -> bool:
