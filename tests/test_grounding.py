@@ -9,7 +9,7 @@ from app.answer.facts import extract_facts
 from app.answer.passages import language, select
 from app.answer.pipeline import DONT_KNOW
 from app.answer.question import answers_kind, meant, on_topic, parts, ruled_out
-from app.answer.relevance import content_words
+from app.answer.relevance import content_words, terms
 from app.answer.verify import Verifier
 from knowledge.retrieval import Hit
 
@@ -693,3 +693,15 @@ AIRBAG = "To switch off the airbag, open Settings, then Safety, then Passenger a
 def test_a_menu_path_takes_the_passages_steps(answer, ok):
     check = Verifier([AIRBAG, TPMS], "How do I turn off the passenger airbag?").check(answer)
     assert check.ok is ok, check.unsupported
+
+
+def test_inflected_words_are_one_term():
+    # "fully loaded" finds "a full load": the quote gives the full-load sentence too
+    assert terms("loaded tyres charging") == terms("load tyre charge")
+    assert "With a full load" in extract_answer("with the car fully loaded, what should the front tyres be at?", TYRES)
+
+
+def test_a_place_inside_a_menu_path_is_the_passages():
+    passage = "然后把车挂到 P 挡，在中控屏上打开“设置”→“车辆”→“轮胎”，点击“重置胎压监测”并确认。"
+    check = Verifier([passage], "胎压监测怎么复位？").check("然后挂到P挡，在中控屏上打开“设置”→“车辆”→“轮胎”，点击“重置胎压监测”。")
+    assert check.ok, check.unsupported

@@ -230,7 +230,7 @@ def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[s
     is wanted ("the lowest charge limit")."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t: word for t, word in words.items()
-            if t not in seen and t not in ASKING and (len(t) >= 4 or not t.isascii())
+            if t not in seen and t not in ASKING and (len(word) >= 4 or not t.isascii())
             and not t.replace(".", "").isdigit() and not kb.search(word, k=1, mode="bm25")}
 
 

@@ -46,9 +46,17 @@ def rerank(hits: list[Hit], query_readable: bool) -> list[Hit]:
     return sorted(hits, key=lambda h: score(h, query_readable), reverse=True)
 
 
+_SUFFIX = re.compile(r"(?<=[a-z]{4})(?:ing|ed)$|(?<=[a-z]{3})(?<!s)s$")
+
+
+def _stem(word: str) -> str:
+    """The first five letters after an inflection: "loaded" is "load", "tyres" "tyre", "charging" "charg"."""
+    return _SUFFIX.sub("", word)[:5]
+
+
 def _english_terms(text: str) -> dict[str, str]:
-    """English word stems (first five letters) and a word each stands for; `text` is normalized."""
-    return {w[:5]: w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
+    """English word stems (`_stem`) and a word each stands for; `text` is normalized."""
+    return {_stem(w): w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
 
 
 def term_words(text: str) -> dict[str, str]:

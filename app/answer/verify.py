@@ -355,7 +355,8 @@ class Verifier:
         or the question (a term beyond the place's own): "the tyre repair kit is under the boot
         floor" does not put the fuse box there."""
         wanted = about | self.question_terms
-        return any(place.key <= s.terms and (s.asked or (s.terms - place.key) & wanted)
+        # the place as the sentence writes it: a menu path's words ("在中控屏上打开“设置”→…") are not in s.terms
+        return any(place.key <= terms(s.text) and (s.asked or (s.terms - place.key) & wanted)
                    for s in self.place_sources)
 
     def _adds(self, rest: str) -> bool:
