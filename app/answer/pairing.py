@@ -64,9 +64,10 @@ def _terms(text: str) -> list[str]:
     """The text's content terms in order (term_words' English stems and Chinese bigrams)."""
     out = []
     for piece in _CJK.split(without_facts(text)):
-        known = term_words(piece)
-        grams = [piece[i:i + 2] for i in range(len(piece) - 1)] or [piece] if _CJK.fullmatch(piece) else list(known)
-        out += [g for g in grams if g in known]
+        known = term_words(piece)  # English stems in order of appearance; Chinese bigrams as a set
+        if _CJK.fullmatch(piece):
+            known = [g for g in ([piece[i:i + 2] for i in range(len(piece) - 1)] or [piece]) if g in known]
+        out += list(known)
     return out
 
 

@@ -164,7 +164,8 @@ class Verifier:
         unsupported += [f for f in self._outside_the_span(facts) if f not in unsupported]
         sides, pairs = bounds(sentence), said_of(sentence)
         unsupported += [f for f in facts if f not in unsupported and self._bound_reversed(f, sides, sentence)]
-        unsupported += [f for f in facts if f not in unsupported and self._paired_with_another(f, pairs.get(f.key, said))]
+        unsupported += [f for f in facts if f not in unsupported
+                        and self._paired_with_another(f, pairs.get(f.key, said))]
         unsupported += [f for f in facts if f not in unsupported and
                         (self._someone_elses_number(f) or self._from_another_topic(f))]
         if self.amount_only and not any(f.kind in AMOUNT_KINDS for f in facts):
@@ -172,9 +173,7 @@ class Verifier:
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
                             and f.key not in self.drivers_numbers]
-        unsupported += [Fact("menu", f"{a} > {b}", f"{a} > {b}") for path in menu_paths(sentence)
-                        for a, b in zip(path, path[1:]) if not any(_same_item(a, x) and _same_item(b, y)
-                                                                   for x, y in self.steps)]
+        unsupported += self._steps_of_no_passage(sentence)
         stated = places(sentence)
         about = own - set().union(*(p.key for p in stated))
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated if not self._placed(p, about)]
@@ -293,6 +292,11 @@ class Verifier:
         return bool(sources) and not any(named <= (s.pairs[fact.key] if fact.key in s.pairs else s.terms)
                                          for s in sources)
 
+    def _steps_of_no_passage(self, sentence: str) -> list[Fact]:
+        """The steps of the sentence's menu paths (one item to the next) that no passage's path takes."""
+        return [Fact("menu", f"{a} > {b}", f"{a} > {b}") for path in menu_paths(sentence)
+                for a, b in zip(path, path[1:]) if not any(_same_item(a, x) and _same_item(b, y) for x, y in self.steps)]
+
     def _sources_sides(self, fact: Fact) -> set[str | None]:
         """The bounds the passage sentences stating a number give it."""
         return set().union(*(s.sides.get(fact.key, set()) for s in self.passage_sentences if s.index.supports(fact)))
@@ -305,7 +309,7 @@ class Verifier:
             return False
         yes = bool(_YES.fullmatch(reply))
         for f in facts:
-            if not self._passage_value(f) or f.kind != "number":
+            if not self._passage_value(f):
                 continue
             side = sides.get(f.key, set()) - {None}
             if len(side) != 1:
