@@ -349,6 +349,7 @@ def test_a_bound_turned_round_fails(passages, question, answer, ok):
     ("Can I tow 1,200 kg with a braked trailer?", "No, it can tow up to 1,500 kg.", False),
     ("我能拖2000公斤的拖车吗？", "可以，最多可以拖1500公斤。", False),
     ("Is 2,000 kg too much for it?", "Yes, the limit is up to 1,500 kg.", True),  # yes: it is too much
+    ("Can I tow 2000 kg?", "The answer to this question is yes, you can tow up to 1,500 kg.", False),
 ])
 def test_a_yes_or_no_must_agree_with_the_limit_it_cites(question, answer, ok):
     check = Verifier([TOWING], question).check(answer)
@@ -705,3 +706,9 @@ def test_a_place_inside_a_menu_path_is_the_passages():
     passage = "然后把车挂到 P 挡，在中控屏上打开“设置”→“车辆”→“轮胎”，点击“重置胎压监测”并确认。"
     check = Verifier([passage], "胎压监测怎么复位？").check("然后挂到P挡，在中控屏上打开“设置”→“车辆”→“轮胎”，点击“重置胎压监测”。")
     assert check.ok, check.unsupported
+
+
+@pytest.mark.parametrize("answer, ok", [("The answer is: 3mm.", False), ("The answer is: 4 mm.", True)])
+def test_a_number_said_of_nothing_is_said_of_what_the_question_names(answer, ok):
+    check = Verifier([TREAD], "at what tread depth do the winter tyres need replacing?").check(answer)
+    assert check.ok is ok, check.unsupported

@@ -66,8 +66,9 @@ class Check:
 # a denial is a claim a driver acts on ("it does not switch itself off"), as hard as a number
 _NEGATION = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|isn't|aren't|won't|none|nothing)\b|"
                        r"不|没有|没法|无法|无需|无须|别", re.I)
-# "No: 2,000 kg is more than ...", "不用，……": the reply to a yes/no question
-_REPLY = re.compile(r"^\s*(?:(?:no|yes)\b\W*|(?:是的|是|对|不是|不用|需要|不需要|可以|不可以|会|不会|能|不能|没错)"
+# "No: 2,000 kg is more than ...", "The answer is yes, ...", "不用，……": the reply to a yes/no question
+_REPLY = re.compile(r"^\s*(?:the\s+answer(?:\s+to\s+(?:this|your|the)\s+question)?\s+is\W*)?"
+                    r"(?:(?P<en>no|yes)\b\W*|(?P<zh>是的|是|对|不是|不用|需要|不需要|可以|不可以|会|不会|能|不能|没错)"
                     r"[，,。！!]\s*)", re.I)
 
 
@@ -165,7 +166,7 @@ class Verifier:
         sides, pairs = bounds(sentence), said_of(sentence)
         unsupported += [f for f in facts if f not in unsupported and self._bound_reversed(f, sides, sentence)]
         unsupported += [f for f in facts if f not in unsupported
-                        and self._paired_with_another(f, pairs.get(f.key, said))]
+                        and self._paired_with_another(f, pairs[f.key] if f.key in pairs else self._said_of(said))]
         unsupported += [f for f in facts if f not in unsupported and
                         (self._someone_elses_number(f) or self._from_another_topic(f))]
         if self.amount_only and not any(f.kind in AMOUNT_KINDS for f in facts):
@@ -182,7 +183,7 @@ class Verifier:
         denial = _NEGATION.search(sentence[reply.end():] if reply else sentence)
         if denial and not refusal and not self._denied_by_a_source(own):
             unsupported.append(Fact("negation", "not", denial.group(0)))
-        answered = reply.group(0).strip(" ,.:;!，。！").lower() if reply else ""
+        answered = (reply.group("en") or reply.group("zh")).lower() if reply else ""
         if reply and ((not facts and not stated and not self._adds(sentence[reply.end():]))
                       or self._reply_against_a_limit(answered, facts, sides)):
             unsupported.append(Fact("reply", answered, sentence.strip()))
@@ -291,6 +292,11 @@ class Verifier:
         sources = [s for s in self.passage_sentences if s.index.supports(fact)]
         return bool(sources) and not any(named <= (s.pairs[fact.key] if fact.key in s.pairs else s.terms)
                                          for s in sources)
+
+    def _said_of(self, said: set[str]) -> set[str]:
+        """What a sentence stating one number says it of: its own words, or when they name none of the
+        things lists tell apart ("The answer is: 3 mm."), the question's ("...the winter tyres...")."""
+        return said if said & self.telling else self.question_terms
 
     def _steps_of_no_passage(self, sentence: str) -> list[Fact]:
         """The steps of the sentence's menu paths (one item to the next) that no passage's path takes."""
