@@ -712,3 +712,12 @@ def test_a_place_inside_a_menu_path_is_the_passages():
 def test_a_number_said_of_nothing_is_said_of_what_the_question_names(answer, ok):
     check = Verifier([TREAD], "at what tread depth do the winter tyres need replacing?").check(answer)
     assert check.ok is ok, check.unsupported
+
+
+def test_a_number_no_list_states_is_nobody_elses():
+    # the question names the front tyres, but the 20 percent is said of no list's thing
+    passage = ("The amber symbol means at least one tyre is 20 percent or more below its recommended pressure. "
+               "Inflate them when cold to 240 kPa (35 psi) at the front and 260 kPa (38 psi) at the rear.")
+    check = Verifier([passage], "The tyre light came on. What should I pump them up to, front and back?").check(
+        "It means at least one of your tyres is 20 percent or more below its recommended pressure.")
+    assert check.ok, check.unsupported

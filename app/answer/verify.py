@@ -290,8 +290,9 @@ class Verifier:
         if not named:
             return False
         sources = [s for s in self.passage_sentences if s.index.supports(fact)]
-        return bool(sources) and not any(named <= (s.pairs[fact.key] if fact.key in s.pairs else s.terms)
-                                         for s in sources)
+        if not any(fact.key in s.pairs for s in sources):  # no list states it: nothing to give to another
+            return False
+        return not any(named <= (s.pairs[fact.key] if fact.key in s.pairs else s.terms) for s in sources)
 
     def _said_of(self, said: set[str]) -> set[str]:
         """What a sentence stating one number says it of: its own words, or when they name none of the
