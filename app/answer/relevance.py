@@ -46,12 +46,14 @@ def rerank(hits: list[Hit], query_readable: bool) -> list[Hit]:
     return sorted(hits, key=lambda h: score(h, query_readable), reverse=True)
 
 
-_SUFFIX = re.compile(r"(?<=[a-z]{4})(?:ing|ed)$|(?<=[a-z]{3})(?<!s)s$")
+_SUFFIX = re.compile(r"(?<=[a-z]{3})ing$|(?<=[a-z]{4})ed$|(?<=[a-z]{3})(?<!s)s$")
+_FINAL_E = re.compile(r"(?<=[a-z]{3})e$")
 
 
 def _stem(word: str) -> str:
-    """The first five letters after an inflection: "loaded" is "load", "tyres" "tyre", "charging" "charg"."""
-    return _SUFFIX.sub("", word)[:5]
+    """The first five letters after an inflection and a final e: "loaded" is "load", "brakes" and
+    "braked" "brak", "charging" "charg", "towing" "tow"."""
+    return _FINAL_E.sub("", _SUFFIX.sub("", word))[:5]
 
 
 def _english_terms(text: str) -> dict[str, str]:
