@@ -13,13 +13,11 @@ from __future__ import annotations
 import re
 
 from app.answer.facts import extract_facts, normalize, without_facts
+from app.answer.question import unit_of
 from app.answer.relevance import term_words
+from app.answer.sentences import clauses
 
 NEAREST = 2  # terms per number: "replacing summer tyres at 3 mm" is said of summer tyres, not of replacing
-
-
-def _unit(key: str) -> str | None:
-    return key.split(" ", 1)[1] if " " in key else None
 
 
 def said_of(text: str) -> dict[str, set[str]]:
@@ -27,19 +25,19 @@ def said_of(text: str) -> dict[str, set[str]]:
     tell it apart from the others (empty when its words are the others' too). Numbers of a unit given
     once in their clause are left out."""
     out: dict[str, set[str]] = {}
-    for clause in _CLAUSE.split(normalize(text)):
+    for clause in clauses(normalize(text)):
         for key, words in _said_of(clause).items():
             out.setdefault(key, set()).update(words)
     return out
 
 
 def _said_of(text: str) -> dict[str, set[str]]:
-    facts = [f for f in extract_facts(text) if f.kind == "number" and _unit(f.key)]
+    facts = [f for f in extract_facts(text) if f.kind == "number" and unit_of(f)]
     out: dict[str, set[str]] = {}
-    for unit in {_unit(f.key) for f in facts}:
+    for unit in {unit_of(f) for f in facts}:
         groups: list[tuple[set[str], int, int]] = []  # the keys a stretch of text states, where it is
         at = 0
-        for f in (f for f in facts if _unit(f.key) == unit):  # in order of appearance
+        for f in (f for f in facts if unit_of(f) == unit):  # in order of appearance
             start = text.find(f.text, at)
             if start < 0:  # a range's other end: the same words as the end before it
                 groups[-1][0].add(f.key)
@@ -55,7 +53,6 @@ def _said_of(text: str) -> dict[str, set[str]]:
 
 
 _CJK = re.compile(r"([\u4e00-\u9fff]+)")
-_CLAUSE = re.compile(r"[;；]")
 _CONJUNCTION = re.compile(r"\b(?:and|or|while|but|whereas)\b|[,，、]|和|而", re.I)
 _SPAN = re.compile(r"\s*(?:to|and|-|–|—|~|[\u4e00-\u9fff]?[到至])\s*", re.I)
 

@@ -11,6 +11,7 @@ import re
 # a sentence ends at . ! ? followed by whitespace (so "7.4" and "800-555-0199." inside a line do
 # not split), after Chinese 。！？ at once, and at a line break (lists, headings)
 _END = re.compile(r"(?<=[.!?])[\"')\]”’]*\s+|(?<=[。！？；])[”’」]*\s*|\n+\s*")
+_CLAUSE = re.compile(r"[;；]")
 _LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*$")  # "1." alone is a list marker, not a sentence
 
 
@@ -22,6 +23,12 @@ def _split(text: str) -> tuple[list[str], str]:
             out.append(text[start:m.end()])
             start = m.end()
     return out, text[start:]
+
+
+def clauses(sentence: str) -> list[str]:
+    """A sentence's clauses, split at ";": "with 18-inch wheels ... 480 km for the all-wheel drive
+    version; 19-inch wheels reduce it"."""
+    return [c for c in _CLAUSE.split(sentence) if c.strip()]
 
 
 def split_sentences(text: str) -> list[str]:

@@ -32,9 +32,9 @@ from app.answer.bounds import UPPER, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
-from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out
+from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out, unit_of
 from app.answer.relevance import terms
-from app.answer.sentences import split_sentences
+from app.answer.sentences import clauses, split_sentences
 
 _REFUSAL = re.compile(
     r"\b(?:i\s+(?:do\s+not|don't|cannot|can't)\s+(?:know|find|say|tell|answer)|not\s+(?:mentioned|stated|specified|"
@@ -42,7 +42,6 @@ _REFUSAL = re.compile(
     r"(?:say|mention|contain|include|provide|specify)|no\s+information\s+(?:about|on)|there\s+is\s+no\s+(?:mention|"
     r"information))|不知道|没有(?:提到|提及|相关信息|这方面|说明)|未(?:提及|提到|说明)|无法(?:回答|确定)", re.I)
 _LETTER = re.compile(r"[^\W\d_]")
-_CLAUSE = re.compile(r"[;；]")
 
 
 @dataclass
@@ -138,7 +137,7 @@ class Verifier:
         # clauses, each with its whole passage: "with 18-inch wheels ... 480 km for the all-wheel drive
         # version; 19-inch wheels reduce it"
         self.clauses = [(FactIndex.of([c]), FactIndex.of([d])) for d in documents or passages
-                        for s in split_sentences(d) for c in _CLAUSE.split(s) if c.strip()] if self.qualifiers else []
+                        for s in split_sentences(d) for c in clauses(s)] if self.qualifiers else []
         # "from 20 to 80 percent": two of the driver's numbers in one unit name a span, which a value
         # must have been stated for ("a full charge takes 11 hours" is not 20 to 80 percent)
         units = [k.split(" ", 1)[1] for k in self.qualifiers if " " in k]
@@ -258,7 +257,7 @@ class Verifier:
         for f in facts:
             if not self._passage_value(f):
                 continue
-            unit = " " + f.key.split(" ", 1)[1]
+            unit = " " + unit_of(f)
             sources = [c for c, _ in self.clauses if c.supports(f)]
             if sources and any(not any(k.endswith(unit) for k in span) and
                                not any(all(c.supports(Fact("number", k, k)) for k in span) for c in sources)
@@ -289,7 +288,7 @@ class Verifier:
         named = mine & self.telling
         if not named:
             return False
-        sources = [s for s in self.passage_sentences if s.index.supports(fact)]
+        sources = self._stating(fact)
         if not any(fact.key in s.pairs for s in sources):  # no list states it: nothing to give to another
             return False
         return not any(named <= (s.pairs[fact.key] if fact.key in s.pairs else s.terms) for s in sources)
@@ -306,7 +305,11 @@ class Verifier:
 
     def _sources_sides(self, fact: Fact) -> set[str | None]:
         """The bounds the passage sentences stating a number give it."""
-        return set().union(*(s.sides.get(fact.key, set()) for s in self.passage_sentences if s.index.supports(fact)))
+        return set().union(*(s.sides.get(fact.key, set()) for s in self._stating(fact)))
+
+    def _stating(self, fact: Fact) -> list[_Source]:
+        """The passage sentences that state a fact."""
+        return [s for s in self.passage_sentences if s.index.supports(fact)]
 
     def _reply_against_a_limit(self, reply: str, facts: list[Fact], sides: dict) -> bool:
         """A yes or no to "can I tow 2,000 kg?" that the limit it cites contradicts: "Yes, you can tow
@@ -323,7 +326,7 @@ class Verifier:
                 side = self._sources_sides(f) - {None}
             if len(side) != 1:
                 continue
-            limit, unit = float(f.value), f.key.split(" ", 1)[1]
+            limit, unit = float(f.value), unit_of(f)
             for asked in self.drivers_numbers:
                 if asked.endswith(" " + unit) and not self.names.supports(Fact("number", asked, asked)):
                     value = float(asked.split(" ", 1)[0])
@@ -358,7 +361,7 @@ class Verifier:
         the driver's case."""
         if not self.ruled_out or fact.kind not in QUANTITY_KINDS or fact.key in self.drivers_numbers:
             return False
-        sources = [s for s in self.passage_sentences if s.index.supports(fact)]
+        sources = self._stating(fact)
         return bool(sources) and all(about_ruled_out(self.ruled_out, s.text) for s in sources)
 
     def _placed(self, place: Place, about: set[str]) -> bool:
