@@ -31,7 +31,10 @@ only or other our ours out over own re s same she should so some such t than tha
 there these they this those through to too under until up ve very was we were what when where which while who
 whom why will with won would you your yours
 """.split())
-_CJK_STOP_GRAMS = frozenset("什么 怎么 如何 为什 么会 哪些 可以 是否 我的 我们 一个 这个 那个".split())  # question words
+# question words, and the grams of "要多长时间 / 多久 / 多少": an entry titled "在家充电要多长时间？" is
+# not the answer to every how-long question ("软件升级安装要多长时间？" found it before the update entry)
+_CJK_STOP_GRAMS = frozenset("什么 怎么 如何 为什 么会 哪些 可以 是否 我的 我们 一个 这个 那个 "
+                            "多长 长时 多久 多少 要多 得多 多大 多远 多快".split())
 K1, B = 1.2, 0.75
 HEADING_WEIGHT = 2.0  # a query word in the heading path says more than one in the body
 SCAN_LIMIT = 10_000  # up to this many chunks CJK queries are scored exactly by a scan (~50 ms at 10k)

@@ -173,6 +173,22 @@ def test_chinese_bm25(tmp_path, embedder):
         assert kb.search("胎压灯亮了怎么办", k=1, mode="hybrid")[0].entry_id == "tpms-zh"
 
 
+def test_chinese_question_words_do_not_pick_the_passage(tmp_path, embedder):
+    """"要多长时间" asks how long; the entry whose title says it too is not the answer to a question
+    about a software update (the words that name the topic must decide)."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "faq.jsonl").write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in [
+        {"id": "home-charging", "question": "在家充电要多长时间？",
+         "answer": "使用壁挂充电桩从空电到充满大约需要 8 小时。充电桩需由专业电工安装。"},
+        {"id": "updates", "question": "车机系统怎么升级？",
+         "answer": "车辆通过移动网络在线升级。安装需要 20 到 40 分钟，期间车辆不能行驶。"},
+        {"id": "wipers", "question": "雨刮片多久换一次？", "answer": "建议每年更换一次雨刮片。"},
+    ]) + "\n")
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        kb.ingest(tmp_path / "docs", progress=False)
+        assert bm25(kb, "软件升级安装要多长时间？")[0].entry_id == "updates"
+        assert bm25(kb, "充电要多长时间？")[0].entry_id == "home-charging"
+
 def test_filters(tmp_path, embedder):
     docs = write_docs(tmp_path / "docs")
     with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
