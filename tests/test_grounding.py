@@ -8,7 +8,7 @@ from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts
 from app.answer.passages import language, select
 from app.answer.pipeline import DONT_KNOW
-from app.answer.question import answers_kind, meant, on_topic, parts, ruled_out
+from app.answer.question import answers_kind, asks_yes_no, meant, on_topic, parts, ruled_out
 from app.answer.relevance import content_words, terms
 from app.answer.verify import Verifier
 from knowledge.retrieval import Hit
@@ -625,6 +625,57 @@ def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
     assert _unknown_words(KB(), content_words("What's the heaviest trailer I can tow?", topic_only=True), passages) == {}
     assert set(_unknown_words(KB(), content_words("Can I tow a caravan?", topic_only=True), passages).values()) == {"caravan"}
 
+
+
+class _Lexical:
+    """The lexical index of a KB of a few entries: each hit is an entry holding the word."""
+
+    def __init__(self, *entries):
+        self.entries = entries
+
+    def search(self, word, k, mode):
+        return [e for e in self.entries if word.lower() in e.lower()][:k]
+
+
+SOS = ("The red SOS button is in the overhead console. If you press it by accident, press it again within 10 seconds "
+       "to cancel the call.")
+LIMIT_AND_WARRANTY = ("Move the Charge limit slider anywhere between 50 and 100 percent. The battery warranty covers 8 years "
+                "or 160,000 km.")
+
+
+@pytest.mark.parametrize("question, lacks", [
+    ("Can I cancel the SOS call if I press it by mistake?", set()),  # the driver's slip
+    ("How low can I set the, uh, the max charge thing?", set()),  # how they talk
+    ("Honestly, how low can the charge limit actually go?", set()),
+    ("What's the battery warranty in years and kilometres?", set()),  # the KB writes km
+    ("Can I cancel the SOS call from my watch?", {"watch"}),
+])
+def test_the_drivers_chatter_is_no_word_the_kb_lacks(question, lacks):
+    from app.answer.passages import Passage
+    from app.answer.pipeline import _unknown_words
+
+    passages = [Passage.of(1, _hit("sos", SOS, 0.6, 8.0)), Passage.of(2, _hit("limit", LIMIT_AND_WARRANTY, 0.6, 8.0))]
+    kb = _Lexical(SOS, LIMIT_AND_WARRANTY)
+    assert set(_unknown_words(kb, content_words(question, topic_only=True), passages).values()) == lacks
+
+
+LANE = ("Start Highway Assist with the lane button on the left steering wheel spoke. If the car detects no steering "
+        "input for 15 seconds it warns you.")
+NO_SPARE = ("The Aurora EV has no spare wheel; a puncture repair kit with sealant and a compressor is under the "
+              "boot floor.")
+HEATED_WHEEL = "The heated steering wheel switches off after 30 minutes."
+
+
+def test_a_yes_or_no_is_quoted_only_from_a_passage_naming_what_it_is_most_about():
+    # "wheel" is in three entries, "spare" in one: the lane-keeping entry says nothing about a spare wheel
+    from app.answer.pipeline import _names_the_rarest
+
+    kb, question = _Lexical(LANE, NO_SPARE, HEATED_WHEEL), "Does the car have a spare wheel?"
+    assert not _names_the_rarest(kb, question, LANE) and _names_the_rarest(kb, question, NO_SPARE)
+    assert _names_the_rarest(kb, "Does the heated steering wheel switch itself off?", HEATED_WHEEL)
+    assert _names_the_rarest(kb, "Is there a sunroof?", LANE)  # nothing the KB names: other checks refuse it
+    assert asks_yes_no(question) and asks_yes_no("电池质保能转给下一个车主吗？")
+    assert not asks_yes_no("How long does the SOS call give me to cancel?") and not asks_yes_no("胎压应该打多少？")
 
 TREAD = ("The legal minimum tread depth in most countries is 1.6 mm. For safety, Aurora recommends replacing summer "
          "tyres at 3 mm and winter tyres at 4 mm.")

@@ -27,8 +27,8 @@ from app.answer.facts import QUANTITY_KINDS, extract_facts, states_phone, states
 from app.answer.passage_kv import PassageKV
 from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, passage_prompt, select,
                                  with_system)
-from app.answer.question import (ASKING, answers_kind, asks_phone, asks_quantity, meant, on_topic, parts, unit_of,
-                                 wanted_units)
+from app.answer.question import (ASKING, answers_kind, asks_phone, asks_quantity, asks_yes_no, incidental, meant,
+                                 on_topic, parts, unit_of, wanted_units)
 from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import SentenceStream, is_list_marker, join_sentences, split_sentences, strip_markdown
 from app.answer.verify import Check, Verifier, is_bare_reply
@@ -43,6 +43,7 @@ DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no informati
              "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
 DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh": "抱歉，我没有这方面的信息。"}
 CANDIDATES = 8  # hits re-ranked before the passages are chosen
+_FEW = 8  # places a word is counted in, up to this many (_names_the_rarest)
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
 SECTION_MAX_TOKENS = 400  # a longer section gives way to its matched chunk: room for other passages
@@ -187,7 +188,9 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         quote = extract_answer(question, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
         # value asked for: a faithful quote of the wrong entry is still a wrong answer
-        if on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote):
+        text = f"{best.title}\n{best.body}"
+        if on_topic(question, text) and answers_kind(question, quote) and (
+                not asks_yes_no(question) or _names_the_rarest(kb, question, text)):
             plan.extractive = quote
     if len(asked) > 1:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
@@ -227,11 +230,24 @@ def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[s
     """The question's topic words (English words of four letters or more, Chinese nouns)
     that no passage and no chunk of the KB contains: what the KB cannot speak about. The driver's
     own numbers are none ("can I tow 2000 kg?" asks about towing), nor words that say what kind of answer
-    is wanted ("the lowest charge limit")."""
+    is wanted ("the lowest charge limit"), nor the driver's chatter (`incidental`)."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t: word for t, word in words.items()
-            if t not in seen and t not in ASKING and (len(word) >= 4 or not t.isascii())
+            if t not in seen and t not in ASKING and not incidental(word) and (len(word) >= 4 or not t.isascii())
             and not t.replace(".", "").isdigit() and not kb.search(word, k=1, mode="bm25")}
+
+
+def _names_the_rarest(kb, question: str, passage: str) -> bool:
+    """Whether a passage names what a yes-or-no question is most specifically about: of the question's
+    topic words the KB uses, one it uses in the fewest places. "Does the car have a spare wheel?" is
+    not answered by the lane-keeping entry's "steering wheel", though both say "wheel"."""
+    words = {t: w for t, w in content_words(question, topic_only=True).items()
+             if t not in ASKING and not incidental(w) and not t.isdigit()}
+    places = {t: n for t, w in words.items() if (n := len(kb.search(w, k=_FEW, mode="bm25")))}
+    if not places:
+        return True
+    fewest, said = min(places.values()), terms(passage)
+    return any(t in said or t in passage for t, n in places.items() if n == fewest)
 
 
 def _similarity(kb):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from app.answer.facts import AMOUNT_KINDS, extract_facts, named_units, states_phone, without_facts
+from app.answer.facts import AMOUNT_KINDS, UNIT_WORDS, extract_facts, named_units, states_phone, without_facts
 from app.answer.places import asks_place, places
 from app.answer.relevance import content_words, terms
 
@@ -48,6 +48,15 @@ _AND_ASKS = re.compile(rf",?\s+(?:and|or|oh and|also)\s+(?=(?:{_WH})\b)", re.I)
 _ASKS = re.compile(rf"[?？]|\b(?:{_WH})\b|吗|呢|多少|多久|几|什么|怎么|哪", re.I)
 
 
+_YES_NO = re.compile(r"^\W*(?:does|do|did|is|are|was|were|can|could|will|would|should|has|have|may|must)\b|吗\W*$",
+                     re.I)
+
+
+def asks_yes_no(question: str) -> bool:
+    """"Does the car have a spare wheel?", "电池质保能转给下一个车主吗？": a yes or a no answers it."""
+    return bool(_YES_NO.search(question.strip()))
+
+
 def parts(question: str) -> list[str]:
     """The questions a driver asks in one breath, in order: "How far can I drive on it now and how
     fast?" asks two things, and an answer that states one of them is half an answer. A sentence
@@ -75,6 +84,18 @@ def asks_amount(question: str) -> bool:
 # about the charge limit)
 ASKING = terms("number phone call ring dial capacity amount size value maximum minimum lowest highest fastest "
                "slowest longest shortest biggest smallest largest heaviest lightest earliest latest furthest")
+
+
+# how a driver talks, and their own slips and moods: words no KB entry is about ("how low can I set the max
+# charge thing?", "if I pressed it by mistake", "will it run forever if I forget?")
+_CHATTER = terms("actual thing stuff kind sort bit lot think guess reckon wonder suppose mate guy forget forgot forever "
+                 "mistake accident hurry worry worried bother")
+
+
+def incidental(word: str) -> bool:
+    """Whether a question's word names nothing a KB could lack: chatter (`_CHATTER`), a manner adverb
+    ("actually", "roughly", "honestly") or a unit, which the KB may spell otherwise ("kilometres" for km)."""
+    return (word.isascii() and word.endswith("ly")) or word in UNIT_WORDS or bool(terms(word)) and terms(word) <= _CHATTER
 
 
 _PHONE_WORDS = ASKING | {"电话", "号码", "电话号码", "热线", "多少"}
