@@ -214,6 +214,8 @@ def test_a_denial_needs_a_source_that_denies():
     verifier = Verifier([heater], question="does the back window heater switch itself off?")
     assert not verifier.check("The back window heater does not switch itself off.").ok
     assert not verifier.check("There is no time limit for the rear window heater.").ok
+    assert not verifier.check("The rear window heater shouldn't switch itself off.").ok  # any n't
+    assert not verifier.check("后窗加热没有自动关闭功能。").ok
     assert verifier.check("It switches off automatically after 15 minutes.").ok
     assert verifier.check("No, you do not need to remove the maintenance cover.").ok  # the passage denies it too
     assert Verifier([FAST_ZH]).check("不需要三十六小时，大约需要 30 分钟。").ok is False  # a number still fails

@@ -27,7 +27,8 @@ _LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater)\
                            r"超过|高于|至少|大于|多于)\s*" + _ABOUT, re.I)
 _UPPER_AFTER = re.compile(r"^\s*(?:以下|以内|之内|or\s+(?:less|below|under|lower)\b)", re.I)
 _LOWER_AFTER = re.compile(r"^\s*(?:以上|or\s+(?:more|above|higher|over)\b|and\s+(?:above|over)\b)", re.I)
-_NEGATION = re.compile(r"\b(?:not|never|no|cannot)\b|n't\b|不|别|勿", re.I)
+# a denial ("it does not switch itself off", "没有备胎") or a negated bound ("do not exceed", "不超过")
+NEGATION = re.compile(r"\b(?:not|no|never|cannot|none|nothing)\b|n't\b|不|没有|没法|无法|无需|无须|别|勿", re.I)
 _CLAUSE_START = re.compile(r".*[,;:.!?，；：。！？]", re.S)
 _RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d", re.I)
 
@@ -42,7 +43,7 @@ def _side(before: str, after: str) -> str | None:
         if m:
             clause = _CLAUSE_START.sub("", before[:m.start()])
             # "do not exceed", "no more than", "不超过": a negated lower bound is an upper one
-            return _flip(side) if _NEGATION.search(clause[-25:]) else side
+            return _flip(side) if NEGATION.search(clause[-25:]) else side
     for pattern, side in ((_UPPER_AFTER, UPPER), (_LOWER_AFTER, LOWER)):
         if pattern.search(after):
             return side

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from app.answer.bounds import UPPER, bounds
+from app.answer.bounds import NEGATION, UPPER, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
@@ -62,9 +62,6 @@ class Check:
         return not _LETTER.search(re.sub(r"\[\d+\]", "", self.text))
 
 
-# a denial is a claim a driver acts on ("it does not switch itself off"), as hard as a number
-_NEGATION = re.compile(r"\b(?:not|no|never|cannot|can't|don't|doesn't|isn't|aren't|won't|none|nothing)\b|"
-                       r"不|没有|没法|无法|无需|无须|别", re.I)
 # "No: 2,000 kg is more than ...", "The answer is yes, ...", "不用，……": the reply to a yes/no question
 _REPLY = re.compile(r"^\s*(?:the\s+answer(?:\s+to\s+(?:this|your|the)\s+question)?\s+is\W*)?"
                     r"(?:(?P<en>no|yes)\b\W*|(?P<zh>是的|是|对|不是|不用|需要|不需要|可以|不可以|会|不会|能|不能|没错)"
@@ -123,7 +120,7 @@ class Verifier:
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
-                                                bool(_NEGATION.search(s)), asked, s, bounds(s), said_of(s))
+                                                bool(NEGATION.search(s)), asked, s, bounds(s), said_of(s))
         said = []
         for text in passages:
             for s in split_sentences(text):
@@ -179,7 +176,7 @@ class Verifier:
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated if not self._placed(p, about)]
         refusal = bool(_REFUSAL.search(sentence))
         reply = _REPLY.match(sentence)
-        denial = _NEGATION.search(sentence[reply.end():] if reply else sentence)
+        denial = NEGATION.search(sentence[reply.end():] if reply else sentence)
         if denial and not refusal and not self._denied_by_a_source(own):
             unsupported.append(Fact("negation", "not", denial.group(0)))
         answered = (reply.group("en") or reply.group("zh")).lower() if reply else ""
