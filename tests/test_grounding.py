@@ -216,6 +216,15 @@ def test_a_denial_needs_a_source_that_denies():
     assert not verifier.check("There is no time limit for the rear window heater.").ok
     assert not verifier.check("The rear window heater shouldn't switch itself off.").ok  # any n't
     assert not verifier.check("后窗加热没有自动关闭功能。").ok
+    spare = Verifier(["The Aurora EV has no spare wheel; a puncture repair kit is under the boot floor."],
+                     question="what pressure should the spare wheel be?")
+    assert not spare.check("The spare wheel should not be inflated.").ok  # denies what the passage does not
+    assert spare.check("There is no spare wheel, only a puncture repair kit.").ok
+    assert spare.check("No, the Aurora EV has no spare wheel.").ok
+    asked = Verifier(["The Aurora EV has no spare wheel; a puncture repair kit is under the boot floor."],
+                     question="Does the car have a spare wheel?")
+    assert asked.check("No, the Aurora EV has no spare wheel.").ok  # the passage's denial is the answer
+    assert not asked.check("Yes, the car has a spare wheel.").ok  # the question's words only
     assert verifier.check("It switches off automatically after 15 minutes.").ok
     assert verifier.check("No, you do not need to remove the maintenance cover.").ok  # the passage denies it too
     assert Verifier([FAST_ZH]).check("不需要三十六小时，大约需要 30 分钟。").ok is False  # a number still fails

@@ -85,7 +85,7 @@ _BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+t
 class _Source:
     index: FactIndex
     terms: set[str]
-    negated: bool
+    denied: set | None  # the terms after its negation ("has no spare wheel": spare, wheel), None: it denies nothing
     asked: bool = False  # a sentence of the question
     text: str = ""
     sides: dict = field(default_factory=dict)  # number key -> the bounds the sentence makes it (bounds.py)
@@ -119,8 +119,8 @@ class Verifier:
         # 0 to 100 percent"); a 1 is a rate's "an hour", "一个小时", not a variant of anything
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
         self.question_terms = terms(without_facts(question))
-        source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)),
-                                                bool(NEGATION.search(s)), asked, s, bounds(s), said_of(s))
+        source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)), _denied(s), asked, s,
+                                                bounds(s), said_of(s))
         said = []
         for text in passages:
             for s in split_sentences(text):
@@ -176,11 +176,15 @@ class Verifier:
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated if not self._placed(p, about)]
         refusal = bool(_REFUSAL.search(sentence))
         reply = _REPLY.match(sentence)
-        denial = NEGATION.search(sentence[reply.end():] if reply else sentence)
-        if denial and not refusal and not self._denied_by_a_source(own):
+        rest = sentence[reply.end():] if reply else sentence
+        denial = NEGATION.search(rest)
+        denied = bool(denial) and self._denied_by_a_source(own, _denied(rest))
+        if denial and not refusal and not denied:
             unsupported.append(Fact("negation", "not", denial.group(0)))
         answered = (reply.group("en") or reply.group("zh")).lower() if reply else ""
-        if reply and ((not facts and not stated and not self._adds(sentence[reply.end():]))
+        # "No, it has no spare wheel" repeats the question's words, but the passages' denial is the answer
+        said_no = denied and bool(NEGATION.match(answered))
+        if reply and ((not facts and not stated and not said_no and not self._adds(rest))
                       or self._reply_against_a_limit(answered, facts, sides)):
             unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
@@ -188,11 +192,14 @@ class Verifier:
     def _supported(self, fact: Fact) -> bool:
         return (self.names if fact.kind in ("name", "menu") else self.index).supports(fact)
 
-    def _denied_by_a_source(self, own: set[str]) -> bool:
+    def _denied_by_a_source(self, own: set[str], denied: set[str]) -> bool:
         """A sentence that denies something ("there is no top speed limit") needs a source sentence
-        about the same thing (two shared terms, or all of a short sentence's) that denies too."""
+        about the same thing (two shared terms, or all of a short sentence's) that denies it too: the
+        words after its negation share one with the source's (`denied`). "The spare wheel should not be
+        inflated" is no "has no spare wheel"."""
         need = min(2, len(own))
-        return any(s.negated and len(own & s.terms) >= need for s in self.sentences)
+        return any(s.denied is not None and len(own & s.terms) >= need and (not denied or denied & s.denied)
+                   for s in self.sentences)
 
     def _misattributed(self, facts: list[Fact], own: set[str]) -> list[Fact]:
         """Numbers given to what another passage sentence states a different number for: "you can set
@@ -386,6 +393,12 @@ class Verifier:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & (s.terms | s.referred) for s in sources)
+
+
+def _denied(text: str) -> set[str] | None:
+    """The terms a text denies, after its first negation; None when it denies nothing."""
+    m = NEGATION.search(text)
+    return terms(without_facts(text[m.end():])) if m else None
 
 
 def is_bare_reply(sentence: str) -> bool:
