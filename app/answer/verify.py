@@ -4,8 +4,9 @@
              ─► Check(supported, unsupported)
 
 A sentence that uses a word of the question no passage contains is off topic. A sentence that denies
-something must have a source sentence about the same thing that denies too: small models turn "it
-switches off after 15 minutes" into "it does not switch itself off". A number must be said about
+something must have a source sentence about the same thing that denies it too: small models turn "it
+switches off after 15 minutes" into "it does not switch itself off", and "has no spare wheel" into "the
+spare wheel should not be inflated". A number must be said about
 what its source sentence is about, not about what another sentence gives another number for. A
 place ("on the dashboard") must be named by a source sentence about the same thing, and a "yes" or
 "no" must come with something the passages say: "Yes, remember to switch it back on" only echoes
