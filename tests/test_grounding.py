@@ -6,7 +6,7 @@ import pytest
 
 from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts
-from app.answer.passages import language, select
+from app.answer.passages import Passage, language, select
 from app.answer.pipeline import DONT_KNOW
 from app.answer.question import answers_kind, asks_yes_no, meant, on_topic, parts, ruled_out
 from app.answer.relevance import content_words, terms
@@ -361,6 +361,8 @@ def test_a_bound_turned_round_fails(passages, question, answer, ok):
     ("我能拖2000公斤的拖车吗？", "可以，最多可以拖1500公斤。", False),
     ("Is 2,000 kg too much for it?", "Yes, the limit is up to 1,500 kg.", True),  # yes: it is too much
     ("Can I tow 2000 kg?", "The answer to this question is yes, you can tow up to 1,500 kg.", False),
+    ("Can I tow 800 kg without brakes?", "Yes, you can tow 800 kg without brakes.", False),  # their words only
+    ("Can I tow 800 kg without brakes?", "No, an unbraked trailer may weigh up to 750 kg.", True),
 ])
 def test_a_yes_or_no_must_agree_with_the_limit_it_cites(question, answer, ok):
     check = Verifier([TOWING], question).check(answer)
@@ -542,7 +544,6 @@ def _answer(model_says: str, question: str, passage: str, **plan) -> tuple[str, 
     """(the answer's text, the grounding decision) for a scripted model answer; `plan`: more AnswerPlan
     fields (the extractive quote, the parts' sentences)."""
     from app.answer.pipeline import AnswerPlan, GroundedGeneration
-    from app.answer.passages import Passage
     from runtime.sampling import SamplingParams
 
     plan = AnswerPlan(question, language(question), voice=False, grounded=True, prompt_ids=[1, 2, 3], max_tokens=64,
@@ -624,7 +625,6 @@ def test_a_chunk_is_widened_to_its_section_only_for_a_value_it_lacks():
 def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
     # "can I tow 2000 kg?" asks about towing: a 2000 the KB never writes is not a topic it lacks, nor is
     # "heaviest", which says what kind of answer is wanted
-    from app.answer.passages import Passage
     from app.answer.pipeline import _unknown_words
 
     class KB:  # the lexical index of a KB about towing
@@ -662,7 +662,6 @@ LIMIT_AND_WARRANTY = ("Move the Charge limit slider anywhere between 50 and 100 
     ("Can I cancel the SOS call from my watch?", {"watch"}),
 ])
 def test_the_drivers_chatter_is_no_word_the_kb_lacks(question, lacks):
-    from app.answer.passages import Passage
     from app.answer.pipeline import _unknown_words
 
     passages = [Passage.of(1, _hit("sos", SOS, 0.6, 8.0)), Passage.of(2, _hit("limit", LIMIT_AND_WARRANTY, 0.6, 8.0))]
@@ -673,20 +672,28 @@ def test_the_drivers_chatter_is_no_word_the_kb_lacks(question, lacks):
 LANE = ("Start Highway Assist with the lane button on the left steering wheel spoke. If the car detects no steering "
         "input for 15 seconds it warns you.")
 NO_SPARE = ("The Aurora EV has no spare wheel; a puncture repair kit with sealant and a compressor is under the "
-              "boot floor.")
+            "boot floor.")
 HEATED_WHEEL = "The heated steering wheel switches off after 30 minutes."
+PRESSURES = "With a normal load, inflate the front tyres to 240 kPa and the rear wheels to 260 kPa."
 
 
-def test_a_yes_or_no_is_quoted_only_from_a_passage_naming_what_it_is_most_about():
-    # "wheel" is in three entries, "spare" in one: the lane-keeping entry says nothing about a spare wheel
-    from app.answer.pipeline import _names_the_rarest
+def test_a_quote_comes_from_a_passage_naming_what_the_question_is_most_about():
+    # "wheel" is in four entries, "spare" in one: the lane-keeping entry says nothing about a spare wheel
+    from app.answer.pipeline import _quotable
 
-    kb, question = _Lexical(LANE, NO_SPARE, HEATED_WHEEL), "Does the car have a spare wheel?"
-    assert not _names_the_rarest(kb, question, LANE) and _names_the_rarest(kb, question, NO_SPARE)
-    assert _names_the_rarest(kb, "Does the heated steering wheel switch itself off?", HEATED_WHEEL)
-    assert _names_the_rarest(kb, "Is there a sunroof?", LANE)  # nothing the KB names: other checks refuse it
-    assert asks_yes_no(question) and asks_yes_no("电池质保能转给下一个车主吗？")
+    kb = _Lexical(LANE, NO_SPARE, HEATED_WHEEL, PRESSURES)
+    passages = lambda *texts: [Passage.of(i + 1, _hit("", t, 0.6, 8.0)) for i, t in enumerate(texts)]
+    spare = "Does the car have a spare wheel?"
+    assert not _quotable(kb, spare, passages(LANE, PRESSURES)) and _quotable(kb, spare, passages(NO_SPARE))
+    assert _quotable(kb, "Does the heated steering wheel switch itself off?", passages(HEATED_WHEEL))
+    assert _quotable(kb, "Is there a sunroof?", passages(LANE))  # nothing the KB names: other checks refuse it
+    # not a yes or no: a passage without the word may be a paraphrase, unless another passage names it
+    pressure = "What pressure should the spare wheel be?"
+    assert _quotable(kb, pressure, passages(PRESSURES, LANE))
+    assert not _quotable(kb, pressure, passages(PRESSURES, NO_SPARE))
+    assert asks_yes_no(spare) and asks_yes_no("电池质保能转给下一个车主吗？")
     assert not asks_yes_no("How long does the SOS call give me to cancel?") and not asks_yes_no("胎压应该打多少？")
+
 
 TREAD = ("The legal minimum tread depth in most countries is 1.6 mm. For safety, Aurora recommends replacing summer "
          "tyres at 3 mm and winter tyres at 4 mm.")

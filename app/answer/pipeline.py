@@ -43,7 +43,7 @@ DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no informati
              "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
 DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh": "抱歉，我没有这方面的信息。"}
 CANDIDATES = 8  # hits re-ranked before the passages are chosen
-_FEW = 8  # places a word is counted in, up to this many (_names_the_rarest)
+_FEW = 8  # places a word is counted in, up to this many (_quotable)
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
 SECTION_MAX_TOKENS = 400  # a longer section gives way to its matched chunk: room for other passages
@@ -188,9 +188,8 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         quote = extract_answer(question, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
         # value asked for: a faithful quote of the wrong entry is still a wrong answer
-        text = f"{best.title}\n{best.body}"
-        if on_topic(question, text) and answers_kind(question, quote) and (
-                not asks_yes_no(question) or _names_the_rarest(kb, question, text)):
+        if (on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote)
+                and _quotable(kb, question, plan.passages)):
             plan.extractive = quote
     if len(asked) > 1:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
@@ -237,17 +236,23 @@ def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[s
             and not t.replace(".", "").isdigit() and not kb.search(word, k=1, mode="bm25")}
 
 
-def _names_the_rarest(kb, question: str, passage: str) -> bool:
-    """Whether a passage names what a yes-or-no question is most specifically about: of the question's
-    topic words the KB uses, one it uses in the fewest places. "Does the car have a spare wheel?" is
-    not answered by the lane-keeping entry's "steering wheel", though both say "wheel"."""
+def _quotable(kb, question: str, passages: list[Passage]) -> bool:
+    """Whether the first passage may be quoted as the answer: it names what the question is most
+    specifically about (of the question's topic words the KB uses, one it uses in the fewest places),
+    or no passage does and the question asks more than yes or no (a paraphrase: "the orange tyre light"
+    is the entry's amber symbol). "Does the car have a spare wheel?" is not answered by the lane-keeping
+    entry's "steering wheel", nor "what pressure should the spare wheel be?" by the tyre pressures when
+    the repair kit's "no spare wheel" is among the passages."""
     words = {t: w for t, w in content_words(question, topic_only=True).items()
              if t not in ASKING and not incidental(w) and not t.isdigit()}
     places = {t: n for t, w in words.items() if (n := len(kb.search(w, k=_FEW, mode="bm25")))}
     if not places:
         return True
-    fewest, said = min(places.values()), terms(passage)
-    return any(t in said or t in passage for t, n in places.items() if n == fewest)
+    fewest = min(places.values())
+    rarest = {t for t, n in places.items() if n == fewest}
+    names = [bool(rarest & terms(text) or any(t in text for t in rarest))
+             for text in (f"{p.title}\n{p.body}" for p in passages)]
+    return names[0] or not (asks_yes_no(question) or any(names))
 
 
 def _similarity(kb):

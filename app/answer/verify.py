@@ -185,7 +185,9 @@ class Verifier:
         answered = (reply.group("en") or reply.group("zh")).lower() if reply else ""
         # "No, it has no spare wheel" repeats the question's words, but the passages' denial is the answer
         said_no = denied and bool(NEGATION.match(answered))
-        if reply and ((not facts and not stated and not said_no and not self._adds(rest))
+        # the driver's own number repeated ("Yes, you can tow 800 kg") is no fact a reply may rest on
+        theirs = all(f.key in self.drivers_numbers for f in facts)
+        if reply and ((theirs and not stated and not said_no and not self._adds(rest))
                       or self._reply_against_a_limit(answered, facts, sides)):
             unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
