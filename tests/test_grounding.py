@@ -603,7 +603,7 @@ def test_the_sentence_for_a_part_is_one_that_states_what_the_part_asks():
 
 
 def test_a_chunk_is_widened_to_its_section_only_for_a_value_it_lacks():
-    from app.answer.pipeline import _fit
+    from app.answer.plan import _fit
 
     class Words:
         def encode(self, text):
@@ -625,7 +625,7 @@ def test_a_chunk_is_widened_to_its_section_only_for_a_value_it_lacks():
 def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
     # "can I tow 2000 kg?" asks about towing: a 2000 the KB never writes is not a topic it lacks, nor is
     # "heaviest", which says what kind of answer is wanted
-    from app.answer.pipeline import _unknown_words
+    from app.answer.plan import _unknown_words
 
     class KB:  # the lexical index of a KB about towing
         def search(self, word, k, mode):
@@ -662,7 +662,7 @@ LIMIT_AND_WARRANTY = ("Move the Charge limit slider anywhere between 50 and 100 
     ("Can I cancel the SOS call from my watch?", {"watch"}),
 ])
 def test_the_drivers_chatter_is_no_word_the_kb_lacks(question, lacks):
-    from app.answer.pipeline import _unknown_words
+    from app.answer.plan import _unknown_words
 
     passages = [Passage.of(1, _hit("sos", SOS, 0.6, 8.0)), Passage.of(2, _hit("limit", LIMIT_AND_WARRANTY, 0.6, 8.0))]
     kb = _Lexical(SOS, LIMIT_AND_WARRANTY)
@@ -679,7 +679,7 @@ PRESSURES = "With a normal load, inflate the front tyres to 240 kPa and the rear
 
 def test_a_quote_comes_from_a_passage_naming_what_the_question_is_most_about():
     # "wheel" is in four entries, "spare" in one: the lane-keeping entry says nothing about a spare wheel
-    from app.answer.pipeline import _quotable
+    from app.answer.plan import _quotable
 
     kb = _Lexical(LANE, NO_SPARE, HEATED_WHEEL, PRESSURES)
     passages = lambda *texts: [Passage.of(i + 1, _hit("", t, 0.6, 8.0)) for i, t in enumerate(texts)]

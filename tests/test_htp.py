@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 pytest.importorskip("onnxruntime_qnn")
 

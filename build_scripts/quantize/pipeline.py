@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from build_scripts.errors import BuildError
 from build_scripts.quantize import calibration as cal_mod

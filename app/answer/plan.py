@@ -1,0 +1,251 @@
+"""Before the model runs: retrieval, the refusal gate, the passages, the prompt and the quotes.
+
+    retrieval query ─► search ─► re-rank ─► confidence low? ─► refuse
+    ─► passages (one FAQ entry, or a budget) ─► prompt ids
+    ─► the extractive answer (the best passage's sentences) and, for a question asking several
+       things, a passage sentence for each part
+
+Needs no accelerator: the LLM is used for its tokenizer and context size only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+from app.answer.extractive import best_sentence, extract_answer
+from app.answer.facts import extract_facts, states_phone
+from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, passage_prompt, select,
+                                 with_system)
+from app.answer.question import ASKING, answers_kind, asks_phone, asks_yes_no, incidental, meant, on_topic, parts
+from app.answer.relevance import Confidence, content_words, terms
+from app.answer.sentences import join_sentences, strip_markdown
+from app.schemas import ChatRequest, Citation
+from app.voice import VOICE_INSTRUCTIONS, VOICE_MAX_TOKENS
+from knowledge.retrieval import MAX_UNKNOWN_SHARE
+from runtime.errors import ContextOverflowError
+from runtime.llm import LLM
+
+DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no information about that.",
+             "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
+DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh": "抱歉，我没有这方面的信息。"}
+CANDIDATES = 8  # hits re-ranked before the passages are chosen
+_FEW = 8  # places a word is counted in, up to this many (_quotable)
+_MARGIN = 8  # tokens kept free for template differences
+_SNIPPET = 240
+SECTION_MAX_TOKENS = 400  # a longer section gives way to its matched chunk: room for other passages
+
+
+@dataclass
+class AnswerPlan:
+    """Everything decided before the model runs."""
+
+    question: str
+    lang: str
+    voice: bool
+    grounded: bool  # False: a plain chat (RAG off or no knowledge base)
+    prompt_ids: list[int] = field(default_factory=list)
+    passage_spans: list[tuple[int, int]] = field(default_factory=list)  # (offset, length) in prompt_ids
+    kv_prefix: list[int] = field(default_factory=list)  # what passage KV rows are computed after
+    max_tokens: int = 0
+    passages: list[Passage] = field(default_factory=list)
+    confidence: Confidence | None = None
+    extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
+    refusal: str | None = None  # set when the answer is "I don't know" without asking the model
+    missing_topic: set[str] = field(default_factory=set)  # the question's topic, when the whole KB never names it
+    unnamed: set[str] = field(default_factory=set)  # every topic word of the question the whole KB never names
+    # for a question asking several things: (part, a passage sentence answering it), said after the
+    # model's answer when that states nothing of the kind the part asks for ("how far and how fast?"
+    # answered with the distance only)
+    supplement: list[tuple[str, str]] = field(default_factory=list)
+    # the supplement's sentences when they answer every part that asks for a kind of value: what is
+    # said when the model finds no answer ("how fast and how far?" has its sentence for each)
+    part_quote: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def citations(self) -> list[Citation]:
+        return [Citation(index=p.index, source=p.hit.name, title=p.title, heading=p.hit.heading or None,
+                         entry_id=p.hit.entry_id, snippet=p.body[:_SNIPPET], score=float(p.hit.score))
+                for p in self.passages]
+
+    def dont_know(self) -> str:
+        return (DONT_KNOW_VOICE if self.voice else DONT_KNOW)[self.lang]
+
+
+def _messages(req: ChatRequest) -> list[dict]:
+    out = []
+    for m in req.messages:
+        if m.role == "tool":
+            continue  # no tool calling: tool results are not part of our prompts
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": m.text()})
+    return out
+
+
+def retrieval_query(messages: list[dict]) -> str:
+    users = [m["content"] for m in messages if m["role"] == "user" and m["content"].strip()]
+    if not users:
+        return ""
+    # follow-ups like "and in winter?" need the previous question to mean anything
+    if len(users) > 1 and len(users[-1].split()) < 6:
+        return f"{meant(users[-2])} {meant(users[-1])}"
+    return meant(users[-1])
+
+
+def _fit(llm: LLM, kb, asked: list[str], hits, budget: int) -> list[Passage]:
+    """The chosen hits as numbered passages, as many as fit the token budget, best first. A chunk
+    that states nothing of a kind the question asks for ("what's the fastest I should go?" matched
+    the towing weights) is shown with the rest of its section, when that is short enough: the
+    answer may sit in the window next to it. Otherwise the chunk alone: more text is more to
+    misread (Auto Hold's 10 minutes beside hill start's 2 seconds). `asked`: the question's parts."""
+    passages, used = [], 0
+    for hit in hits:
+        n = len(passages) + 1
+        options = [(Passage.of(n, hit), budget)]
+        if not all(answers_kind(part, hit.text) for part in asked):
+            options.insert(0, (Passage.of(n, hit, kb.section_text(hit)), SECTION_MAX_TOKENS))
+        for p, cap in options:
+            cost = len(llm.encode(p.render())) + 2
+            if cost <= cap and used + cost <= budget:  # a shorter passage further down may still fit
+                passages.append(p)
+                used += cost
+                break
+    return passages
+
+
+def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default_k: int,
+                default_min_score: float | None) -> AnswerPlan:
+    """Retrieval, the refusal gate and the prompt. `kb` is a KnowledgeBase (or None: a plain chat)."""
+    started = time.perf_counter()
+    messages = _messages(req)
+    question = meant(next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
+    max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    if req.voice:
+        max_tokens = min(max_tokens, VOICE_MAX_TOKENS)
+    voice = [VOICE_INSTRUCTIONS] if req.voice else []
+    plan = AnswerPlan(question, language(question), req.voice, grounded=bool(req.rag and kb is not None))
+
+    def done() -> AnswerPlan:
+        plan.timings["plan_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        return plan
+
+    base_ids = llm.encode_chat(with_system(messages, voice))
+    if len(base_ids) >= llm.context:
+        raise ContextOverflowError(len(base_ids), llm.context)
+    if not plan.grounded:
+        plan.prompt_ids, plan.max_tokens = base_ids, min(max_tokens, llm.context - len(base_ids))
+        return done()
+
+    opts = req.knowledge
+    query = retrieval_query(messages)
+    hits = kb.search(query, k=max(CANDIDATES, opts.k if opts else default_k), mode=opts.mode if opts else "hybrid",
+                     min_score=opts.min_score if opts and opts.min_score is not None else default_min_score,
+                     sources=opts.sources if opts else None)
+    readable = kb.unknown_share(query) <= MAX_UNKNOWN_SHARE if hits and kb.embedder is not None else False
+    chosen = select(hits, readable, limit=min(opts.k if opts else default_k, CANDIDATES),
+                    states_wanted=_states_phone if asks_phone(question) else None)
+    plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    if not chosen:
+        plan.refusal = "no passage passed the relevance threshold"
+        return done()
+    plan.confidence = confidence(query, chosen[0], readable)
+    if not confident(plan.confidence):
+        plan.refusal = f"retrieval confidence {plan.confidence.value:.3f} is below the answerability threshold"
+        return done()
+
+    room = min(max_tokens, llm.context // 4)  # the answer's share of the context
+    budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(INSTRUCTIONS))
+    asked = parts(question)
+    plan.passages = _fit(llm, kb, asked, chosen, budget)
+    if not plan.passages:
+        plan.refusal = "no passage fits the context"
+        return done()
+    words = content_words(question)
+    unknown = _unknown_words(kb, content_words(question, topic_only=True), plan.passages)
+    # the words the KB lacks are the question's topic when they are a third of its words or more
+    # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
+    plan.unnamed = set(unknown)
+    if len(unknown) * 3 >= len(words):
+        plan.missing_topic = set(unknown)
+    # a quote speaks the KB's own words with its authority: none when the question names anything the
+    # KB never does (a roof box is not the tow ball's load); the model may still answer around it
+    similarity = _similarity(kb) if readable else None
+    if not unknown:
+        best = plan.passages[0]
+        quote = extract_answer(question, best.body, similarity)
+        # quoted only from a passage about what the question asks, and only if it states the kind of
+        # value asked for: a faithful quote of the wrong entry is still a wrong answer
+        if (on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote)
+                and _quotable(kb, question, plan.passages)):
+            plan.extractive = quote
+    if len(asked) > 1:
+        plan.supplement = _supplement(question, asked, plan.passages, similarity)
+        kinds = [part for part in asked if not answers_kind(part, "")]
+        if kinds and len(plan.supplement) == len(kinds) and not plan.missing_topic:
+            plan.part_quote = join_sentences(list(dict.fromkeys(s for _, s in plan.supplement)))
+    built = passage_prompt(llm, with_system(messages, [INSTRUCTIONS, *voice]), plan.passages)
+    plan.prompt_ids, plan.passage_spans, plan.kv_prefix = built.ids, built.spans, built.prefix
+    if len(plan.prompt_ids) >= llm.context:
+        raise ContextOverflowError(len(plan.prompt_ids), llm.context)
+    plan.max_tokens = min(max_tokens, llm.context - len(plan.prompt_ids))
+    return done()
+
+
+def _supplement(question: str, asked: list[str], passages: list[Passage], similarity) -> list[tuple[str, str]]:
+    """For each part that asks for a kind of value (a number in km/h, a phone number, an amount),
+    the best of the sentences that state one, from the first passage about the question that has
+    one. No gate on words the KB lacks here: these are said only after the model's own verified
+    answer drew on the passages."""
+    out = []
+    about = [p for p in passages if on_topic(question, f"{p.title}\n{p.body}")]
+    for part in asked:
+        if answers_kind(part, ""):
+            continue  # "does it ever give up on its own?": no way to tell whether an answer covers it
+        states = partial(answers_kind, part)
+        sentence = next((s for s in (best_sentence(part, p.body, similarity, keep=states) for p in about) if s), "")
+        if sentence:
+            out.append((part, strip_markdown(sentence).strip()))
+    return out
+
+
+def _states_phone(hit) -> bool:
+    return states_phone(extract_facts(hit.text))
+
+
+def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[str, str]:
+    """The question's topic words (English words of four letters or more, Chinese nouns)
+    that no passage and no chunk of the KB contains: what the KB cannot speak about. The driver's
+    own numbers are none ("can I tow 2000 kg?" asks about towing), nor words that say what kind of answer
+    is wanted ("the lowest charge limit"), nor the driver's chatter (`incidental`)."""
+    seen = set().union(*(terms(p.hit.text) for p in passages))
+    return {t: word for t, word in words.items()
+            if t not in seen and t not in ASKING and not incidental(word) and (len(word) >= 4 or not t.isascii())
+            and not t.replace(".", "").isdigit() and not kb.search(word, k=1, mode="bm25")}
+
+
+def _quotable(kb, question: str, passages: list[Passage]) -> bool:
+    """Whether the first passage may be quoted as the answer: it names what the question is most
+    specifically about (of the question's topic words the KB uses, one it uses in the fewest places),
+    or no passage does and the question asks more than yes or no (a paraphrase: "the orange tyre light"
+    is the entry's amber symbol). "Does the car have a spare wheel?" is not answered by the lane-keeping
+    entry's "steering wheel", nor "what pressure should the spare wheel be?" by the tyre pressures when
+    the repair kit's "no spare wheel" is among the passages."""
+    words = {t: w for t, w in content_words(question, topic_only=True).items()
+             if t not in ASKING and not incidental(w) and not t.isdigit()}
+    places = {t: n for t, w in words.items() if (n := len(kb.search(w, k=_FEW, mode="bm25")))}
+    if not places:
+        return True
+    fewest = min(places.values())
+    rarest = {t for t, n in places.items() if n == fewest}
+    names = [bool(rarest & terms(text) or any(t in text for t in rarest))
+             for text in (f"{p.title}\n{p.body}" for p in passages)]
+    return names[0] or not (asks_yes_no(question) or any(names))
+
+
+def _similarity(kb):
+    def cosines(question: str, sentences: list[str]) -> list[float]:
+        vectors = kb.embedder.embed([question, *sentences]).vectors  # L2-normalised
+        return (vectors[1:] @ vectors[0]).tolist()
+
+    return cosines
