@@ -582,6 +582,23 @@ def test_when_the_model_finds_no_answer_the_sentence_for_each_part_is_said():
     assert decision == "refused" and "don't know" in text
 
 
+def test_a_yes_or_no_the_model_finds_no_answer_to_is_answered_by_its_one_entry():
+    # the driver's 50 is not in the entry, so a small model says it does not know; the range answers it
+    lane = ("Lane Keep Assist gently steers the car back if you drift towards a lane marking, between 60 and 180 "
+            "km/h. It can be adjusted under Settings.")
+    quote = "Lane Keep Assist gently steers the car back if you drift towards a lane marking, between 60 and 180 km/h."
+    assert _answer("I don't know.", "Does lane keep assist work at 50 km/h?", lane, extractive=quote) == (
+        quote, "extractive")
+    _, decision = _answer("I don't know.", "At what speed does lane keep assist work?", lane, extractive=quote)
+    assert decision == "refused"  # no yes or no: the model's word stands
+    from app.answer.pipeline import AnswerPlan
+
+    two = [Passage.of(i + 1, _hit("entry", "The question?\n" + lane, 0.6, 8.0)) for i in range(2)]
+    plan = AnswerPlan("Does lane keep assist work at 50 km/h?", "en", voice=False, grounded=True, passages=two,
+                      extractive=quote)
+    assert plan.refusal_quote == ""  # no entry leads clearly: the vehicle-to-load entry's 3.6 kW is no charging limit
+
+
 def test_a_part_asking_about_a_charge_wants_to_hear_the_price_or_that_it_is_free():
     assert not answers_kind("这个要收钱吗？", "Aurora 道路救援电话是 800-555-0199。")
     assert answers_kind("这个要收钱吗？", "自首次上牌起 3 年内救援免费。")

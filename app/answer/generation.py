@@ -2,7 +2,8 @@
 
     LLM tokens ─► sentences ─► fact check per sentence (verify.py)
     ├─ supported   ─► released (held back for a quantity question until a number comes)
-    ├─ "I don't know" ─► refuse (unless every part asked has its passage sentence)
+    ├─ "I don't know" ─► refuse (unless every part asked has its passage sentence, or a yes-or-no
+    │                   question's one entry answers it)
     └─ unsupported / empty ─► stop the model, then the extractive answer (unless the question
        names what the KB lacks) or "I don't know"
 
@@ -149,8 +150,9 @@ class GroundedGeneration:
             reason = "every stated fact is in the passages" + (
                 "; the answer was cut before a sentence the passages do not support" if verdict else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
-        # the model's "I don't know" stands unless the passages state what each part asks for
-        quote = plan.part_quote if verdict == "model_refused" else plan.extractive or plan.part_quote
+        # the model's "I don't know" stands unless the passages state what each part asks for, or the
+        # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
+        quote = plan.refusal_quote if verdict == "model_refused" else plan.extractive or plan.part_quote
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
@@ -158,7 +160,7 @@ class GroundedGeneration:
                    "which the question asks about")
             yield from self._emit(plan.dont_know())
             return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
-        why = ("the model found no answer, but the passages state what each part of the question asks for"
+        why = ("the model found no answer, but the passages state what the question asks for"
                if verdict == "model_refused" else
                "the model stated facts the passages do not support" if verdict == "unsupported" else
                "the model's answer stated no number for a quantity question" if held else

@@ -6,7 +6,8 @@
     ─► confidence low? ─► refuse                    ├─ supported   ─► released (held back for a
     ─► passages (one FAQ entry, or a budget)        │               quantity question until a number comes)
     ─► prompt ids + the extractive answer           ├─ "I don't know" ─► refuse (unless every part
-                                                    │                asked has its passage sentence)
+                                                    │                asked has its passage sentence, or a
+                                                    │                yes-or-no question's one entry answers it)
                                                     └─ unsupported / empty ─► stop the model, then
                                                        the extractive answer (unless the question
                                                        names what the KB lacks) or "I don't know"

@@ -73,6 +73,15 @@ class AnswerPlan:
     def dont_know(self) -> str:
         return (DONT_KNOW_VOICE if self.voice else DONT_KNOW)[self.lang]
 
+    @property
+    def refusal_quote(self) -> str:
+        """What is said when the model finds no answer: the sentence for each part of the question, or
+        for a yes-or-no question with one entry leading clearly, that entry's quote: "between 60 and
+        180 km/h" answers "does lane keep assist work at 50 km/h?", though a small model does not see
+        it as an answer because the driver's 50 is not in it."""
+        one_entry = len(self.passages) == 1 and asks_yes_no(self.question)
+        return self.part_quote or (self.extractive if one_entry else "")
+
 
 def _messages(req: ChatRequest) -> list[dict]:
     out = []
