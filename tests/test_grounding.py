@@ -369,6 +369,17 @@ def test_a_yes_or_no_must_agree_with_the_limit_it_cites(question, answer, ok):
     assert check.ok is ok, check.unsupported
 
 
+def test_a_yes_must_be_said_of_what_the_driver_asks_by_one_passage():
+    sensors = ("The Aurora EV has 12 ultrasonic parking sensors, six in the front bumper and six in the rear. They "
+               "switch on automatically when you select Reverse.")
+    verifier = Verifier([sensors], question="Can the car park itself?", documents=[sensors])
+    assert not verifier.check("Yes, the car can park itself using the parking sensors.").ok  # nothing parks itself
+    roadside = ("Aurora roadside assistance is available 24 hours a day. You can also call from the Aurora Companion "
+                "app, which shares your location.")
+    app = Verifier([roadside], question="Can I call roadside assistance from the app?", documents=[roadside])
+    assert app.check("Yes, you can call roadside assistance from the Aurora Companion app.").ok  # one passage says all
+
+
 @pytest.mark.parametrize("question, answer, ok", [
     ("How long on a 7.4 kW wallbox from 20 to 80 percent?", "It takes about 11 hours.", False),
     ("How long on a 7.4 kW wallbox from 20 to 80 percent?", "From 20 to 80 percent it takes about 11 hours.", False),

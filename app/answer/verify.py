@@ -116,6 +116,7 @@ class Verifier:
         # whose number is asked for, and the passages that state each number with what they are about
         self.phone_topic = phone_topic(question)
         self.documents = [(FactIndex.of([d]), d, terms(d)) for d in documents]
+        self.wholes = [terms(d) for d in documents or passages]  # each passage's terms, title and all
         # the driver's numbers that name which thing they mean ("the 12-volt battery", "19-inch wheels", "from
         # 0 to 100 percent"); a 1 is a rate's "an hour", "一个小时", not a variant of anything
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
@@ -187,7 +188,9 @@ class Verifier:
         said_no = denied and bool(NEGATION.match(answered))
         # the driver's own number repeated ("Yes, you can tow 800 kg") is no fact a reply may rest on
         theirs = all(f.key in self.drivers_numbers for f in facts)
+        said_yes = bool(reply) and bool(_YES.fullmatch(answered))
         if reply and ((theirs and not stated and not said_no and not self._adds(rest))
+                      or (said_yes and not self._affirmed(rest))
                       or self._reply_against_a_limit(answered, facts, sides)):
             unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
@@ -379,6 +382,13 @@ class Verifier:
         # the place as the sentence writes it: a menu path's words ("在中控屏上打开“设置”→…") are not in s.terms
         return any(place.key <= terms(s.text) and (s.asked or (s.terms - place.key) & wanted)
                    for s in self.place_sources)
+
+    def _affirmed(self, rest: str) -> bool:
+        """A yes says that what the driver asks is so: the question's words the sentence repeats must all
+        be in one passage. "Yes, the car can park itself using the parking sensors" leans on the parking
+        sensors' entry, which says nothing of the car parking itself."""
+        repeated = terms(without_facts(rest)) & self.question_terms
+        return not repeated or any(repeated <= whole for whole in self.wholes)
 
     def _adds(self, rest: str) -> bool:
         """Whether the words after a "yes" or "no" say something of the passages' beyond the question."""
