@@ -10,6 +10,7 @@ Needs no accelerator: the LLM is used for its tokenizer and context size only.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,7 +32,8 @@ DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no informati
              "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
 DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh": "抱歉，我没有这方面的信息。"}
 CANDIDATES = 8  # hits re-ranked before the passages are chosen
-_FEW = 8  # places a word is counted in, up to this many (_quotable)
+_FEW = 8  # places a word is counted in, up to this many (_quotable), hits a compound is looked for in
+_COMPOUND = re.compile(r"\b[a-z]{2,}(?:-[a-z]{2,})+\b", re.I)  # "head-up", "rear-facing", not "12-volt"
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
 SECTION_MAX_TOKENS = 400  # a longer section gives way to its matched chunk: room for other passages
@@ -171,7 +173,8 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         plan.refusal = "no passage fits the context"
         return done()
     words = content_words(question)
-    unknown = _unknown_words(kb, content_words(question, topic_only=True), plan.passages)
+    unknown = _unknown_words(kb, content_words(question, topic_only=True), plan.passages) | _unknown_compounds(
+        kb, question)
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     plan.unnamed = set(unknown)
@@ -231,6 +234,20 @@ def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[s
     return {t: word for t, word in words.items()
             if t not in seen and t not in ASKING and not incidental(word) and (len(word) >= 4 or not t.isascii())
             and not t.replace(".", "").isdigit() and not kb.search(word, k=1, mode="bm25")}
+
+
+def _unknown_compounds(kb, question: str) -> dict[str, str]:
+    """The question's hyphenated names the KB never writes, though it has their words: a "head-up display"
+    is not the driver attention camera's "head position". Matched, with its hyphen or a space, in the
+    best lexical hits for its words."""
+    out = {}
+    for m in _COMPOUND.finditer(question):
+        compound = m.group(0).lower()
+        spaced = compound.replace("-", " ")
+        hits = kb.search(spaced, k=_FEW, mode="bm25")
+        if not any(written in h.text.lower() for h in hits for written in (compound, spaced)):
+            out[compound] = compound
+    return out
 
 
 def _quotable(kb, question: str, passages: list[Passage]) -> bool:
