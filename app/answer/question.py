@@ -88,14 +88,15 @@ ASKING = terms("number phone call ring dial capacity amount size value maximum m
 
 # how a driver talks, and their own slips and moods: words no KB entry is about ("how low can I set the max
 # charge thing?", "if I pressed it by mistake", "will it run forever if I forget?")
-_CHATTER = terms("actual thing stuff kind sort bit lot think guess reckon wonder suppose mate guy forget forgot forever "
-                 "mistake accident hurry worry worried bother")
+_CHATTER = terms("actual thing stuff kind sort bit lot think guess reckon wonder suppose mate guy forget forgot "
+                 "forever mistake accident hurry worry worried bother")
 
 
 def incidental(word: str) -> bool:
     """Whether a question's word names nothing a KB could lack: chatter (`_CHATTER`), a manner adverb
     ("actually", "roughly", "honestly") or a unit, which the KB may spell otherwise ("kilometres" for km)."""
-    return (word.isascii() and word.endswith("ly")) or word in UNIT_WORDS or bool(terms(word)) and terms(word) <= _CHATTER
+    stems = terms(word)
+    return (word.isascii() and word.endswith("ly")) or word in UNIT_WORDS or bool(stems) and stems <= _CHATTER
 
 
 _PHONE_WORDS = ASKING | {"电话", "号码", "电话号码", "热线", "多少"}

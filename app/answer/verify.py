@@ -6,22 +6,22 @@
 A sentence that uses a word of the question no passage contains is off topic. A sentence that denies
 something must have a source sentence about the same thing that denies it too: small models turn "it
 switches off after 15 minutes" into "it does not switch itself off", and "has no spare wheel" into "the
-spare wheel should not be inflated". A number must be said about
-what its source sentence is about, not about what another sentence gives another number for. A
-place ("on the dashboard") must be named by a source sentence about the same thing, and a "yes" or
-"no" must come with something the passages say: "Yes, remember to switch it back on" only echoes
-the driver's words. A value the passages give only for a condition the question rules out ("when
-I'm not in Eco mode") is no answer to it, nor one said of the variant the driver names that the
-passages give for another ("the 12-volt battery's warranty is 8 years"); a phone number must be the
-number of what the question asks for, and does not answer a question asking one amount. The
-question counts as a source of numbers: an answer may repeat the driver's own numbers ("2,000 kg is
-more than the limit") without inventing them, but not of controls or menu items. A number keeps
-the bound its source gives it ("above 10 km/h" is not "up to 10 km/h", bounds.py) and, from a list,
-its own thing (the front tyres' 240 kPa is not the rear's, pairing.py); a menu path must take the
-passages' steps (Settings > Vehicle > Passenger airbag is no path to the airbag switch); a value for a
-span the driver names ("from 20 to 80 percent") must be stated for that span, and a yes or no to
-"can I tow 2,000 kg?" must agree with the limit it cites. Refusals are recognised here too, so a
-model that says it does not know is taken at its word.
+spare wheel should not be inflated". A number must be said about what its source sentence is about,
+not about what another sentence gives another number for. A place ("on the dashboard") must be named
+by a source sentence about the same thing, and a "yes" or "no" must come with something the passages
+say: "Yes, remember to switch it back on" only echoes the driver's words, and a yes must find the
+question's words it repeats in one passage ("Yes, the car can park itself using the parking sensors").
+A value the passages give only for a condition the question rules out ("when I'm not in Eco mode") is
+no answer to it, nor one said of the variant the driver names that the passages give for another ("the
+12-volt battery's warranty is 8 years"); a phone number must be the number of what the question asks
+for, and does not answer a question asking one amount. The question counts as a source of numbers: an
+answer may repeat the driver's own numbers ("2,000 kg is more than the limit") without inventing them,
+but not of controls or menu items. A number keeps the bound its source gives it ("above 10 km/h" is
+not "up to 10 km/h", bounds.py) and, from a list, its own thing (the front tyres' 240 kPa is not the
+rear's, pairing.py); a menu path must take the passages' steps (Settings > Vehicle > Passenger airbag
+is no path to the airbag switch); a value for a span the driver names ("from 20 to 80 percent") must
+be stated for that span, and a yes or no to "can I tow 2,000 kg?" must agree with the limit it cites.
+Refusals are recognised here too, so a model that says it does not know is taken at its word.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ _BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+t
 class _Source:
     index: FactIndex
     terms: set[str]
-    denied: set | None  # the terms after its negation ("has no spare wheel": spare, wheel), None: it denies nothing
+    denied: set[str] | None  # the terms after its negation ("has no spare wheel": spare, wheel); None: no denial
     asked: bool = False  # a sentence of the question
     text: str = ""
     sides: dict = field(default_factory=dict)  # number key -> the bounds the sentence makes it (bounds.py)
