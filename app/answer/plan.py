@@ -32,7 +32,7 @@ DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no informati
              "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
 DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh": "抱歉，我没有这方面的信息。"}
 CANDIDATES = 8  # hits re-ranked before the passages are chosen
-_FEW = 8  # places a word is counted in, up to this many (_quotable), hits a compound is looked for in
+_FEW = 8  # lexical hits looked at: the places of a word (_quotable), where a compound is written
 _COMPOUND = re.compile(r"\b[a-z]{2,}(?:-[a-z]{2,})+\b", re.I)  # "head-up", "rear-facing", not "12-volt"
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
