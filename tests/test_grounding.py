@@ -9,7 +9,7 @@ from app.answer.facts import extract_facts
 from app.answer.passages import Passage, language, select
 from app.answer.pipeline import DONT_KNOW
 from app.answer.question import answers_kind, asks_yes_no, meant, on_topic, parts, ruled_out
-from app.answer.relevance import content_words, terms
+from app.answer.relevance import Confidence, content_words, terms
 from app.answer.verify import Verifier
 from knowledge.retrieval import Hit
 
@@ -598,16 +598,21 @@ def test_a_yes_or_no_the_model_finds_no_answer_to_is_answered_by_its_one_entry()
     lane = ("Lane Keep Assist gently steers the car back if you drift towards a lane marking, between 60 and 180 "
             "km/h. It can be adjusted under Settings.")
     quote = "Lane Keep Assist gently steers the car back if you drift towards a lane marking, between 60 and 180 km/h."
-    assert _answer("I don't know.", "Does lane keep assist work at 50 km/h?", lane, extractive=quote) == (
-        quote, "extractive")
-    _, decision = _answer("I don't know.", "At what speed does lane keep assist work?", lane, extractive=quote)
+    read = Confidence(0.6, 1.0, 0.8)  # the embedder read the question
+    assert _answer("I don't know.", "Does lane keep assist work at 50 km/h?", lane, extractive=quote,
+                   confidence=read) == (quote, "extractive")
+    _, decision = _answer("I don't know.", "At what speed does lane keep assist work?", lane, extractive=quote,
+                          confidence=read)
     assert decision == "refused"  # no yes or no: the model's word stands
     from app.answer.pipeline import AnswerPlan
 
-    two = [Passage.of(i + 1, _hit("entry", "The question?\n" + lane, 0.6, 8.0)) for i in range(2)]
-    plan = AnswerPlan("Does lane keep assist work at 50 km/h?", "en", voice=False, grounded=True, passages=two,
-                      extractive=quote)
-    assert plan.refusal_quote == ""  # no entry leads clearly: the vehicle-to-load entry's 3.6 kW is no charging limit
+    plan = lambda passages, confidence: AnswerPlan("Does lane keep assist work at 50 km/h?", "en", voice=False,
+                                                   grounded=True, passages=passages, extractive=quote,
+                                                   confidence=confidence)
+    one = [Passage.of(1, _hit("entry", "The question?\n" + lane, 0.6, 8.0))]
+    assert plan(one, read).refusal_quote == quote
+    assert plan(one * 2, read).refusal_quote == ""  # no entry leads clearly: another entry's 3.6 kW is no limit
+    assert plan(one, Confidence(None, 1.0, 30.0)).refusal_quote == ""  # BM25 alone chose the entry
 
 
 def test_a_part_asking_about_a_charge_wants_to_hear_the_price_or_that_it_is_free():
