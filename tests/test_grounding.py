@@ -655,19 +655,33 @@ def test_a_chunk_is_widened_to_its_section_only_for_a_value_it_lacks():
     assert _fit(Words(), KB(), parts("And what's the fastest I should go?"), [hit], 20)[0].body == hit.text  # no room
 
 
+def _lacks(kb, question: str, passages) -> dict[str, str]:
+    """The question's topic words the KB lacks, found as plan_answer finds them."""
+    from app.answer.plan import _places, _topic_words, _unknown_words
+
+    words = _topic_words(question)
+    return _unknown_words(words, _places(kb, words), passages)
+
+
+def _quotes(kb, question: str, passages) -> bool:
+    """Whether plan_answer may quote the first passage, on its rarest-word test."""
+    from app.answer.plan import _places, _quotable, _topic_words
+
+    return _quotable(_places(kb, _topic_words(question)), question, passages)
+
+
 def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
     # "can I tow 2000 kg?" asks about towing: a 2000 the KB never writes is not a topic it lacks, nor is
     # "heaviest", which says what kind of answer is wanted
-    from app.answer.plan import _unknown_words
 
     class KB:  # the lexical index of a KB about towing
         def search(self, word, k, mode):
             return [TOWING] if word.lower() in TOWING.lower() else []
 
     passages = [Passage.of(1, _hit("towing", TOWING, 0.6, 8.0))]
-    assert _unknown_words(KB(), content_words("Can I tow 2000 kg?", topic_only=True), passages) == {}
-    assert _unknown_words(KB(), content_words("What's the heaviest trailer I can tow?", topic_only=True), passages) == {}
-    assert set(_unknown_words(KB(), content_words("Can I tow a caravan?", topic_only=True), passages).values()) == {"caravan"}
+    assert _lacks(KB(), "Can I tow 2000 kg?", passages) == {}
+    assert _lacks(KB(), "What's the heaviest trailer I can tow?", passages) == {}
+    assert set(_lacks(KB(), "Can I tow a caravan?", passages).values()) == {"caravan"}
 
 
 
@@ -695,11 +709,10 @@ LIMIT_AND_WARRANTY = ("Move the Charge limit slider anywhere between 50 and 100 
     ("Can I cancel the SOS call from my watch?", {"watch"}),
 ])
 def test_the_drivers_chatter_is_no_word_the_kb_lacks(question, lacks):
-    from app.answer.plan import _unknown_words
 
     passages = [Passage.of(1, _hit("sos", SOS, 0.6, 8.0)), Passage.of(2, _hit("limit", LIMIT_AND_WARRANTY, 0.6, 8.0))]
     kb = _Lexical(SOS, LIMIT_AND_WARRANTY)
-    assert set(_unknown_words(kb, content_words(question, topic_only=True), passages).values()) == lacks
+    assert set(_lacks(kb, question, passages).values()) == lacks
 
 
 ATTENTION = "An infrared camera on the steering column watches your eyes and head position."
@@ -726,18 +739,17 @@ PRESSURES = "With a normal load, inflate the front tyres to 240 kPa and the rear
 
 def test_a_quote_comes_from_a_passage_naming_what_the_question_is_most_about():
     # "wheel" is in four entries, "spare" in one: the lane-keeping entry says nothing about a spare wheel
-    from app.answer.plan import _quotable
 
     kb = _Lexical(LANE, NO_SPARE, HEATED_WHEEL, PRESSURES)
     passages = lambda *texts: [Passage.of(i + 1, _hit("", t, 0.6, 8.0)) for i, t in enumerate(texts)]
     spare = "Does the car have a spare wheel?"
-    assert not _quotable(kb, spare, passages(LANE, PRESSURES)) and _quotable(kb, spare, passages(NO_SPARE))
-    assert _quotable(kb, "Does the heated steering wheel switch itself off?", passages(HEATED_WHEEL))
-    assert _quotable(kb, "Is there a sunroof?", passages(LANE))  # nothing the KB names: other checks refuse it
+    assert not _quotes(kb, spare, passages(LANE, PRESSURES)) and _quotes(kb, spare, passages(NO_SPARE))
+    assert _quotes(kb, "Does the heated steering wheel switch itself off?", passages(HEATED_WHEEL))
+    assert _quotes(kb, "Is there a sunroof?", passages(LANE))  # nothing the KB names: other checks refuse it
     # not a yes or no: a passage without the word may be a paraphrase, unless another passage names it
     pressure = "What pressure should the spare wheel be?"
-    assert _quotable(kb, pressure, passages(PRESSURES, LANE))
-    assert not _quotable(kb, pressure, passages(PRESSURES, NO_SPARE))
+    assert _quotes(kb, pressure, passages(PRESSURES, LANE))
+    assert not _quotes(kb, pressure, passages(PRESSURES, NO_SPARE))
     assert asks_yes_no(spare) and asks_yes_no("电池质保能转给下一个车主吗？")
     assert not asks_yes_no("How long does the SOS call give me to cancel?") and not asks_yes_no("胎压应该打多少？")
 

@@ -175,8 +175,9 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         plan.refusal = "no passage fits the context"
         return done()
     words = content_words(question)
-    unknown = _unknown_words(kb, content_words(question, topic_only=True), plan.passages) | _unknown_compounds(
-        kb, question)
+    topic = _topic_words(question)
+    places = _places(kb, topic)
+    unknown = _unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, question)
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     plan.unnamed = set(unknown)
@@ -191,7 +192,7 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         # quoted only from a passage about what the question asks, and only if it states the kind of
         # value asked for: a faithful quote of the wrong entry is still a wrong answer
         if (on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote)
-                and _quotable(kb, question, plan.passages)):
+                and _quotable(places, question, plan.passages)):
             plan.extractive = quote
     if len(asked) > 1:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
@@ -227,15 +228,26 @@ def _states_phone(hit) -> bool:
     return states_phone(extract_facts(hit.text))
 
 
-def _unknown_words(kb, words: dict[str, str], passages: list[Passage]) -> dict[str, str]:
-    """The question's topic words (English words of four letters or more, Chinese nouns)
-    that no passage and no chunk of the KB contains: what the KB cannot speak about. The driver's
-    own numbers are none ("can I tow 2000 kg?" asks about towing), nor words that say what kind of answer
-    is wanted ("the lowest charge limit"), nor the driver's chatter (`incidental`)."""
+def _topic_words(question: str) -> dict[str, str]:
+    """The question's topic words (term -> word; Chinese nouns only), less the driver's own numbers ("can I
+    tow 2000 kg?" asks about towing), words that say what kind of answer is wanted ("the lowest charge
+    limit") and the driver's chatter (`incidental`)."""
+    return {t: word for t, word in content_words(question, topic_only=True).items()
+            if t not in ASKING and not incidental(word) and not t.isdigit()}
+
+
+def _places(kb, words: dict[str, str]) -> dict[str, int]:
+    """How many places of the KB use each word (its lexical hits, up to _FEW): none for a word it lacks,
+    few for what a question is most specifically about (`_quotable`)."""
+    return {t: len(kb.search(word, k=_FEW, mode="bm25")) for t, word in words.items()}
+
+
+def _unknown_words(words: dict[str, str], places: dict[str, int], passages: list[Passage]) -> dict[str, str]:
+    """The topic words (English words of four letters or more, Chinese nouns) that no passage and no
+    chunk of the KB contains (`places`: `_places` of them): what the KB cannot speak about."""
     seen = set().union(*(terms(p.hit.text) for p in passages))
     return {t: word for t, word in words.items()
-            if t not in seen and t not in ASKING and not incidental(word) and (len(word) >= 4 or not t.isascii())
-            and not t.replace(".", "").isdigit() and not kb.search(word, k=1, mode="bm25")}
+            if t not in seen and (len(word) >= 4 or not t.isascii()) and not places[t]}
 
 
 def _unknown_compounds(kb, question: str) -> dict[str, str]:
@@ -252,20 +264,18 @@ def _unknown_compounds(kb, question: str) -> dict[str, str]:
     return out
 
 
-def _quotable(kb, question: str, passages: list[Passage]) -> bool:
+def _quotable(places: dict[str, int], question: str, passages: list[Passage]) -> bool:
     """Whether the first passage may be quoted as the answer: it names what the question is most
     specifically about (of the question's topic words the KB uses, one it uses in the fewest places),
     or no passage does and the question asks more than yes or no (a paraphrase: "the orange tyre light"
     is the entry's amber symbol). "Does the car have a spare wheel?" is not answered by the lane-keeping
     entry's "steering wheel", nor "what pressure should the spare wheel be?" by the tyre pressures when
-    the repair kit's "no spare wheel" is among the passages."""
-    words = {t: w for t, w in content_words(question, topic_only=True).items()
-             if t not in ASKING and not incidental(w) and not t.isdigit()}
-    places = {t: n for t, w in words.items() if (n := len(kb.search(w, k=_FEW, mode="bm25")))}
-    if not places:
+    the repair kit's "no spare wheel" is among the passages. `places`: `_places` of the topic words."""
+    used = {t: n for t, n in places.items() if n}
+    if not used:
         return True
-    fewest = min(places.values())
-    rarest = {t for t, n in places.items() if n == fewest}
+    fewest = min(used.values())
+    rarest = {t for t, n in used.items() if n == fewest}
     names = [bool(rarest & terms(text) or any(t in text for t in rarest))
              for text in (f"{p.title}\n{p.body}" for p in passages)]
     return names[0] or not (asks_yes_no(question) or any(names))

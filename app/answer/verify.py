@@ -116,7 +116,8 @@ class Verifier:
         # whose number is asked for, and the passages that state each number with what they are about
         self.phone_topic = phone_topic(question)
         self.documents = [(FactIndex.of([d]), d, terms(d)) for d in documents]
-        self.wholes = [terms(d) for d in documents or passages]  # each passage's terms, title and all
+        # each passage's terms, title and all
+        self.wholes = [said for _, _, said in self.documents] if documents else [terms(p) for p in passages]
         # the driver's numbers that name which thing they mean ("the 12-volt battery", "19-inch wheels", "from
         # 0 to 100 percent"); a 1 is a rate's "an hour", "一个小时", not a variant of anything
         self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
