@@ -31,3 +31,15 @@ def test_refusals_and_answers_to_unanswerable_questions():
     sunroof = AnswerQuestion("how do I open the sunroof?", "en", False, [], [], [])
     assert _grade(sunroof, "I don't know.", refused=True) == "refused"
     assert _grade(sunroof, "Press the button above the mirror.") == "wrong"
+
+
+def test_a_yes_or_no_question_needs_the_right_reply():
+    tow = AnswerQuestion("can I tow a 1,800 kg caravan?", "en", True, ["towing"], [["1,500 kg"]], [], reply="no")
+    reference = ["The car can tow a braked trailer of up to 1,500 kg."]
+    assert grade(tow, "No. The car can tow up to 1,500 kg.", False, reference)["grade"] == "correct"
+    assert grade(tow, "You can't: the limit is 1,500 kg.", False, reference)["grade"] == "correct"
+    assert grade(tow, "Yes, the car can tow up to 1,500 kg.", False, reference)["grade"] == "wrong"
+    assert grade(tow, "The car can tow up to 1,500 kg.", False, reference)["grade"] == "partial"  # no reply given
+    low = AnswerQuestion("能设到百分之四十吗？", "zh", True, ["charge-limit-zh"], [["50%"]], [], reply="no")
+    assert grade(low, "不能，最低只能设到 50%。", False, ["充电上限可以设在 50% 到 100% 之间。"])["grade"] == "correct"
+    assert grade(low, "可以，范围是 50% 到 100%。", False, ["充电上限可以设在 50% 到 100% 之间。"])["grade"] == "wrong"

@@ -1,7 +1,8 @@
 """`hexrag eval answers`: strict answer grading on any KB, through the same Assistant `hexrag ask` uses.
 
 Question file (JSONL): {"question", "lang", "answerable", "expected": [entry ids or "file#A > B"],
-"facts": [[spellings of fact 1], [spellings of fact 2], ...], "wrong": [known false answers]}.
+"facts": [[spellings of fact 1], [spellings of fact 2], ...], "wrong": [known false answers]} and, for
+a question a yes or a no answers, "reply": "yes" | "no".
 
 Strict, per answer:
   correct   every fact is stated (one of its spellings appears in the answer) and nothing false is
@@ -10,6 +11,9 @@ Strict, per answer:
             number, code, menu item) that the expected entries do not state. An answer to an
             unanswerable question is wrong, and every hard fact in it counts as unsupported.
   refused   the answer says "I don't know" (the grounding decision); right only when unanswerable
+
+A yes-or-no question's answer must open with its reply: the opposite reply is wrong whatever else it
+states, and an answer that gives none (only the limit) is partial at best.
 
 The unsupported-fact check reads the *expected* entries from the KB, not the passages the answer
 used, so an answer built from the wrong passage fails it.
@@ -38,6 +42,7 @@ class AnswerQuestion:
     expected: list[str]
     facts: list[list[str]]
     wrong: list[str]
+    reply: str | None = None  # "yes" | "no": what a yes-or-no question's answer must open with
 
 
 def load_answer_questions(path: Path) -> list[AnswerQuestion]:
@@ -54,9 +59,12 @@ def load_answer_questions(path: Path) -> list[AnswerQuestion]:
             facts = [[f] if isinstance(f, str) else list(f) for f in obj.get("facts", [])]
             answerable = bool(obj.get("answerable", bool(obj.get("expected"))))
             out.append(AnswerQuestion(obj["question"], obj.get("lang", "en"), answerable,
-                                      list(obj.get("expected") or []), facts, list(obj.get("wrong", []))))
+                                      list(obj.get("expected") or []), facts, list(obj.get("wrong", [])),
+                                      obj.get("reply")))
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise BenchError(f"{path}:{n}: not a question line ({type(e).__name__}: {e})") from None
+        if out[-1].reply not in (None, "yes", "no"):
+            raise BenchError(f"{path}:{n}: 'reply' is \"yes\" or \"no\", not {out[-1].reply!r}")
         if out[-1].answerable and (not out[-1].facts or not out[-1].expected):
             raise BenchError(f"{path}:{n}: an answerable question needs 'facts' and 'expected'")
     if not out:
@@ -75,6 +83,19 @@ def _stated(answer: str, spellings: list[str]) -> bool:
     return any(_norm(s) in text or (keys := {f.key for f in extract_facts(s)}) and keys <= said for s in spellings)
 
 
+# how an answer opens: its first clause says no (a negation) or yes (an affirmation)
+_NO = re.compile(r"^\W*(?:no|nope)\b|\b(?:not|cannot|can't|won't|shouldn't|mustn't|isn't|aren't|doesn't|don't|"
+                 r"never)\b|^\W*(?:不|没|别|无法|未)|(?:不能|不可以|不行|不够|不要|不需要|不建议|不会|不是|没有)")
+_YES = re.compile(r"^\W*(?:yes|yeah|yep|sure|absolutely|correct)\b|^\W*(?:是|对|可以|能|会|行|够|需要|没问题|当然)")
+_FIRST_CLAUSE = re.compile(r"^[^,.;:!?，。；：！？—]*")
+
+
+def reply_of(answer: str) -> str | None:
+    """The reply an answer opens with: "no", "yes" or None (it states something without either)."""
+    first = _FIRST_CLAUSE.match(_norm(answer)).group(0)
+    return "no" if _NO.search(first) else "yes" if _YES.search(first) else None
+
+
 def grade(q: AnswerQuestion, text: str, refused: bool, reference: list[str]) -> dict:
     row = {"question": q.question, "lang": q.lang, "answerable": q.answerable, "answer": text, "refused": refused}
     if refused:
@@ -84,8 +105,12 @@ def grade(q: AnswerQuestion, text: str, refused: bool, reference: list[str]) -> 
     index = FactIndex.of([*reference, q.question])
     unsupported = [f.text for f in extract_facts(text) if not index.supports(f)]
     false = unsupported or [w for w in q.wrong if _norm(w) in _norm(text)]
+    replied = reply_of(text) if q.reply else None
+    if q.reply and replied not in (None, q.reply):
+        false = [*false, f"reply: {replied}"]
     stated = sum(_stated(text, spellings) for spellings in q.facts)
-    grade_ = "wrong" if false or not stated else "correct" if stated == len(q.facts) else "partial"
+    complete = stated == len(q.facts) and (not q.reply or replied == q.reply)
+    grade_ = "wrong" if false or not stated else "correct" if complete else "partial"
     return {**row, "grade": grade_, "unsupported": unsupported, "false": false,
             "facts_stated": f"{stated}/{len(q.facts)}"}
 
@@ -176,7 +201,7 @@ def format_summary(result: dict) -> str:
             lines.append(f"{what}: median {s[key]['median']} ms, max {s[key]['max']} ms")
     if "drafts" in s:
         lines.append(f"prompt lookup: {s['drafts']['accepted']} of {s['drafts']['drafted']} drafted tokens kept")
-    if s["failing"]:
+    if s.get("failing"):
         lines.append("not fully correct:")
         for r in s["failing"]:
             extra = f" unsupported={r['unsupported']}" if r["unsupported"] else ""
