@@ -8,11 +8,13 @@ Each command calls one function of app.bench and prints its result; typed errors
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import click
 
+from app.bench.domains import SPLITS
 from app.cli_common import friendly as _friendly, given_settings
 from app.cli_knowledge import eval_retrieval
 from runtime.options import MAX_SPIN_US, SPIN_US
@@ -238,8 +240,12 @@ def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: floa
 
 @eval_group.command("answers")
 @click.option("--questions", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="Question file (JSONL: question, lang, answerable, expected, facts, wrong); default: the "
+              help="Question file (JSONL: question, lang, answerable, expected, facts, wrong, reply); default: the "
                    "sample KB's knowledge/samples/answer_questions.jsonl.")
+@click.option("--domain", help="An answer-eval domain (aurora, flask, debian-install, or a folder with a "
+                               "domain.json): its documents are the KB and --split its questions.")
+@click.option("--split", type=click.Choice(SPLITS), default="dev", show_default=True,
+              help="With --domain: the question split. Held-out answers are summarised, never listed.")
 @click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
 @click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]")
 @click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
@@ -249,15 +255,35 @@ def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: floa
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Also write the JSON result here.")
 @_json
 @_friendly
-def eval_answers(questions, llm, embedder, kb, backend, voice, passage_kv, out, as_json) -> None:
+def eval_answers(questions, domain, split, llm, embedder, kb, backend, voice, passage_kv, out, as_json) -> None:
     """Strict answer grading: correct / partial / wrong, unsupported facts, refusals, per language."""
     from app.assistant import Assistant
     from app.bench.answers import evaluate_answers, format_summary, load_answer_questions
+    from app.bench.domains import domain_kb, find_domain, questions_file
     from app.quickstart import SAMPLES
 
-    items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")
-    assistant = Assistant(given_settings(passage_kv=passage_kv, llm=llm, embedder=embedder, kb=kb, backend=backend))
-    result = evaluate_answers(assistant, items, voice=voice, progress=not as_json)
+    if domain and (questions or kb):
+        raise click.UsageError("--domain names the questions and the knowledge base: drop --questions and --kb")
+    copy = None
+    try:
+        if domain:
+            from runtime.embedder import Embedder
+
+            folder = find_domain(domain)
+            settings = given_settings(embedder=embedder)
+            copy = kb = domain_kb(folder, Embedder(settings.embedder, settings.runtime("cpu")),
+                                  progress=not as_json)
+            questions = questions_file(folder, split)
+        items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")
+        assistant = Assistant(given_settings(passage_kv=passage_kv, llm=llm, embedder=embedder, kb=kb,
+                                             backend=backend))
+        result = evaluate_answers(assistant, items, voice=voice, progress=not as_json)
+    finally:
+        if copy is not None:
+            shutil.rmtree(copy, ignore_errors=True)
+    held_out = bool(domain) and split == "holdout"
+    if held_out:  # measured, never read: only the counts leave the run
+        result = {k: v for k, v in result.items() if k not in ("failing", "rows")}
     if out:
         out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
     if as_json:

@@ -3,7 +3,9 @@
     $HEXRAG_HOME          default platformdirs.user_data_dir("hexrag"), e.g. ~/.local/share/hexrag
     ├── models/<name>/    the builds `hexrag quickstart` makes and every command uses by default
     ├── kb/               the default knowledge base                   ($HEXRAG_KB overrides)
-    └── cache/weights/    downloaded weight packages                   ($HEXRAG_CACHE/weights overrides)
+    └── cache/            what can be made again                       ($HEXRAG_CACHE overrides)
+        ├── weights/      downloaded weight packages
+        └── eval-kbs/     the answer evals' knowledge bases (`hexrag eval answers --domain`)
 
 `$HEXRAG_LLM` and `$HEXRAG_EMBEDDER` name model directories outright. Nothing else reads these
 variables for a default location: `knowledge` (KB, embedder), `build_scripts.fetch` (weights) and
@@ -48,9 +50,13 @@ def kb_dir(env: Env = os.environ) -> Path:
     return _given(env, "HEXRAG_KB") or home_dir(env) / "kb"
 
 
+def cache_dir(env: Env = os.environ) -> Path:
+    """What can be made again: downloaded weights, the knowledge bases of the answer evals."""
+    return _given(env, "HEXRAG_CACHE") or home_dir(env) / "cache"
+
+
 def weights_dir(env: Env = os.environ) -> Path:
-    cache = _given(env, "HEXRAG_CACHE")
-    return (cache or home_dir(env) / "cache") / "weights"
+    return cache_dir(env) / "weights"
 
 
 def earlier_weights_dir(env: Env = os.environ) -> Path | None:

@@ -1,0 +1,98 @@
+"""Answer evals per domain: a folder holding `domain.json` (the documents its knowledge base is made
+of) and its question splits, `dev.jsonl` (read while the answer layer is built) and `holdout.jsonl`
+(written before a change and only measured after it).
+
+    knowledge/samples/evals/<domain>/
+        domain.json      {"documents": [paths relative to the folder: files or folders]}
+        dev.jsonl        strict answer questions (app/bench/answers.py)
+        holdout.jsonl
+
+The domain's knowledge base is ingested once per embedder and set of documents into the cache
+(`$HEXRAG_CACHE/eval-kbs/`) and copied for each run, so a run never changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from app.bench.errors import BenchError
+from models import home
+
+SPLITS = ("dev", "holdout")
+
+
+def domains_root() -> Path:
+    return Path(str(resources.files("knowledge") / "samples" / "evals"))
+
+
+class Domain(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    documents: list[str]
+
+    @classmethod
+    def load(cls, folder: Path) -> Domain:
+        try:
+            return cls.model_validate_json((folder / "domain.json").read_text(encoding="utf-8"))
+        except OSError as e:
+            raise BenchError(f"{folder} is no answer-eval domain: {e.strerror} ({folder / 'domain.json'})") from None
+        except ValidationError as e:
+            raise BenchError(f"{folder / 'domain.json'}: {e.errors()[0]['msg']}") from None
+
+
+def find_domain(name: str) -> Path:
+    """A domain by its folder's name under knowledge/samples/evals, or any folder holding a domain.json."""
+    folder = Path(name)
+    if not (folder / "domain.json").is_file():
+        folder = domains_root() / name
+    if not (folder / "domain.json").is_file():
+        known = ", ".join(sorted(p.name for p in domains_root().iterdir() if (p / "domain.json").is_file()))
+        raise BenchError(f"no answer-eval domain {name!r} (known: {known}; or a folder with a domain.json)")
+    return folder
+
+
+def questions_file(folder: Path, split: str) -> Path:
+    path = folder / f"{split}.jsonl"
+    if not path.is_file():
+        raise BenchError(f"domain {folder.name} has no {split} split ({path})")
+    return path
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    out = []
+    for p in paths:
+        if not p.exists():
+            raise BenchError(f"a document of the domain is missing: {p}")
+        out += sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    return out
+
+
+def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
+    """A fresh copy of the domain's knowledge base (the caller removes it), ingested into the cache
+    on first use for this embedder and these documents."""
+    from knowledge import KnowledgeBase
+
+    domain = Domain.load(folder)
+    documents = [(folder / d).resolve() for d in domain.documents]
+    digest = hashlib.sha256(embedder.model_id.encode())
+    for f in _files(documents):
+        digest.update(f.name.encode() + hashlib.sha256(f.read_bytes()).digest())
+    cached = home.cache_dir() / "eval-kbs" / f"{folder.name}-{digest.hexdigest()[:16]}"
+    if not cached.is_dir():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=cached.parent))
+        with KnowledgeBase.open(building, embedder) as kb:
+            report = kb.ingest(documents, progress=progress)
+        if report.failed:
+            shutil.rmtree(building, ignore_errors=True)
+            raise BenchError(f"domain {folder.name}: {len(report.failed)} document(s) failed to ingest: "
+                             + "; ".join(f"{path}: {why}" for path, why in report.failed[:3]))
+        building.rename(cached)
+    copy = Path(tempfile.mkdtemp(prefix=f"hexrag-eval-{folder.name}-"))
+    shutil.copytree(cached, copy, dirs_exist_ok=True)
+    return copy
