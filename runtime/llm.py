@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from runtime.chat_template import ChatTemplate
@@ -50,6 +51,9 @@ class GenerationResult:
     placed_tokens: int = 0  # prompt tokens whose kept KV rows were placed rather than prefilled
     drafted_tokens: int = 0  # tokens prompt lookup guessed (runtime/lookup.py) ...
     accepted_tokens: int = 0  # ... and those greedy decoding picked, each saving a graph step
+    # the first step's most likely tokens and their log-probabilities (before any ban and penalty): how
+    # sure the model was of how to begin, read by callers that judge an answer by its start
+    first_top: tuple[tuple[int, float], ...] = ()
 
     @property
     def completion_tokens(self) -> int:
@@ -80,6 +84,15 @@ class Generation:
         for _ in self:
             pass
         return self.result
+
+
+def top_logprobs(logits: np.ndarray, k: int = 16) -> tuple[tuple[int, float], ...]:
+    """The `k` most likely tokens of a step and their log-probabilities, most likely first."""
+    x = np.asarray(logits, dtype=np.float64)
+    x = x - np.max(x)
+    log_total = np.log(np.sum(np.exp(x)))
+    best = np.argpartition(-x, k)[:k]
+    return tuple((int(t), float(x[t] - log_total)) for t in best[np.argsort(-x[best])])
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -144,10 +157,12 @@ class LLM:
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int = 256, sampling: SamplingParams | None = None,
                  stop: list[str] | None = None, cancel: threading.Event | None = None,
-                 placed: dict[int, KVRows] | None = None, draft: bool = False) -> Generation:
+                 placed: dict[int, KVRows] | None = None, draft: bool = False,
+                 ban_first: frozenset[int] = frozenset()) -> Generation:
         """`placed`: prompt offset -> kept rows of the tokens starting there (`kv_rows`), placed into
         the cache instead of prefilled (re-rotated to their new positions). `draft`: prompt lookup
-        (runtime/lookup.py) for a greedy generation on graphs that score every position."""
+        (runtime/lookup.py) for a greedy generation on graphs that score every position. `ban_first`:
+        tokens the answer may not begin with (a reply the caller has already had)."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.context:  # at least one slot must stay free for the answer
@@ -160,7 +175,7 @@ class LLM:
                 raise ValueError(f"the rows placed at {offset} are not of the prompt's tokens there")
             end = offset + len(rows.tokens)
         return Generation(self._steps(list(prompt_ids), max_new_tokens, sampling or SamplingParams(),
-                                      stop or [], cancel or threading.Event(), placed or {}, draft))
+                                      stop or [], cancel or threading.Event(), placed or {}, draft, ban_first))
 
     def _prefill(self, prompt: list[int], cached: int, placed: dict[int, KVRows]):
         """Feed the prompt from `cached` on, placing kept rows where they start at or after it (the
@@ -178,7 +193,7 @@ class LLM:
         return logits, count
 
     def _steps(self, prompt: list[int], max_new: int, sampling: SamplingParams, stops: list[str],
-               cancel: threading.Event, placed: dict[int, KVRows], draft: bool):
+               cancel: threading.Event, placed: dict[int, KVRows], draft: bool, ban_first: frozenset[int]):
         with self._busy:
             start = time.perf_counter()
             dec = self.decoder
@@ -190,6 +205,10 @@ class LLM:
             dec.rewind(cached)
             logits, placed_count = self._prefill(prompt, cached, placed)
             prefill_s = time.perf_counter() - start
+            first_top = top_logprobs(logits)
+            if ban_first:
+                logits = logits.copy()
+                logits[list(ban_first)] = -np.inf
 
             rng = sampling.rng()
             detok = IncrementalDetokenizer(self.tokenizer)
@@ -247,7 +266,7 @@ class LLM:
                 token_ids=out_ids, text="".join(text), finish_reason=finish, prompt_tokens=len(prompt),
                 cached_tokens=cached, ttft_s=ttft or (time.perf_counter() - start), prefill_s=prefill_s,
                 decode_s=time.perf_counter() - decode_start, placed_tokens=placed_count,
-                drafted_tokens=drafted, accepted_tokens=accepted,
+                drafted_tokens=drafted, accepted_tokens=accepted, first_top=first_top,
             )
 
     def _check(self, token: int, draft: list[int], sampling: SamplingParams, rng, history: list[int]) -> list[int]:
