@@ -284,3 +284,19 @@ def test_broken_pdf_is_a_clear_error(tmp_path):
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4\n garbage")
     with pytest.raises(IngestError, match="PDF"):
         load_document(tmp_path / "broken.pdf")
+
+
+def test_heading_text_inside_a_chrome_named_link_is_kept(tmp_path):
+    """Sphinx themes wrap a heading's text in <a class="toc-backref">: the class names a table of contents,
+    but the words are the heading's. Its permalink (a pilcrow) still goes."""
+    from knowledge.loaders import load_document
+
+    page = tmp_path / "install.html"
+    page.write_text(
+        "<html><body><div role='main'><h1>Guide<a class='headerlink' href='#guide'>¶</a></h1><p>Intro text.</p>"
+        "<h2><a class='toc-backref' href='#id1'>Installation</a><a class='headerlink' href='#installation'>¶</a></h2>"
+        "<p>Run the installer.</p><div class='toctree-wrapper'><ul><li><a href='x.html'>Other page</a></li></ul></div>"
+        "</div></body></html>")
+    doc = load_document(page)
+    assert [s.heading for s in doc.sections] == [("Guide",), ("Guide", "Installation")]
+    assert "¶" not in doc.text and "Other page" not in doc.text

@@ -9,7 +9,8 @@ HTML the way browsers do); the content is then, in order:
 2. minus chrome: landmark elements (`nav`, `aside`, `footer`, a `header` without a heading, forms)
    and ARIA roles of the same meaning, elements whose class or id names navigation / sidebar /
    table-of-contents / breadcrumb / footer parts, permalink anchors, "edit / report / show source"
-   links, and copyright lines.
+   links, and copyright lines; never the words of a heading, whatever element inside it carries a
+   chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`).
 
 General extractors were measured on Sphinx pages and small pages and not used: trafilatura keeps the
 chrome of a page that has no content and drops the headings of short pages; readability-lxml
@@ -73,10 +74,19 @@ def _is_chrome(el: etree._Element) -> bool:
     return tag in ("p", "div") and len(text) < 300 and bool(_COPYRIGHT.match(text))
 
 
+def _in_heading(el: etree._Element) -> bool:
+    return any(a.tag in _HEADINGS for a in el.iterancestors() if isinstance(a.tag, str))
+
+
 def _drop_chrome(region: etree._Element) -> None:
     for el in list(region.iter()):
-        if el is not region and el.getparent() is not None and _is_chrome(el):
-            el.drop_tree()  # keeps the element's tail text (it belongs to the parent)
+        if el is region or el.getparent() is None or not _is_chrome(el):
+            continue
+        # a heading's text is never chrome, whatever wraps it (Sphinx's <a class="toc-backref">): inside
+        # a heading only a permalink anchor (a pilcrow, no words) goes
+        if _in_heading(el) and clean_heading(el.text_content()):
+            continue
+        el.drop_tree()  # keeps the element's tail text (it belongs to the parent)
 
 
 class _TextWriter:
