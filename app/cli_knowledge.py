@@ -70,14 +70,17 @@ def _echo_json(value) -> None:
               show_default=True, envvar="HEXRAG_MAX_FILE_MB",
               help="Larger files are refused (each is read whole) [env HEXRAG_MAX_FILE_MB].")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--strict", is_flag=True, help="Exit with 2 when any file failed or had no text to index.")
 @_json
 @_friendly
-def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, max_file_mb, quiet, as_json) -> None:
+def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, max_file_mb, quiet, strict,
+           as_json) -> None:
     """Add files and folders (Markdown, text, HTML, FAQ JSON/JSONL/CSV, PDF with pypdf) to the KB.
 
     Unchanged files are skipped, changed ones replaced. Files that cannot be read, are not regular
-    files (FIFOs, devices) or are over --max-file-mb are reported and skipped; the exit code is then
-    2 (1 for errors that stop the whole command)."""
+    files (FIFOs, devices) or are over --max-file-mb are reported and skipped, as are files with no
+    text to index (a page of links). The exit code is 2 when no file given could be indexed (or,
+    with --strict, when any was skipped), 1 for errors that stop the whole command."""
     with _open(kb_dir, embedder_dir, backend, index=index, max_tokens=max_tokens) as kb:
         report = kb.ingest(list(paths), progress=not quiet and not as_json, prune=not no_prune,
                            max_file_bytes=int(max_file_mb * 2**20))
@@ -86,8 +89,11 @@ def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, ma
     else:
         for path, reason in report.failed:
             click.echo(f"failed: {path}: {reason}", err=True)
+        for path in report.empty:
+            click.echo(f"skipped: {path}: no text to index", err=True)
         click.echo(report.summary())
-    if report.failed:
+    skipped = report.failed or report.empty
+    if skipped and (strict or not report.indexed_any):
         sys.exit(2)
 
 

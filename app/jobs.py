@@ -95,21 +95,27 @@ class KnowledgeWriter:
         job = self._set(job, status="running")
         result = {"added": [], "updated": [], "unchanged": [], "failed": [], "chunks": 0}
         error = None
+        internal = False
         try:
-            for path, name in staged:
-                report = ingest_staged(kb, path, name)
+            for path, name in staged:  # one file's failure, whatever it is, never drops the others
+                try:
+                    report = ingest_staged(kb, path, name)
+                except KnowledgeError as e:
+                    result["failed"].append(FileFailure(file=name, reason=getattr(e, "reason", str(e))))
+                    continue
+                except Exception:
+                    log.exception("ingest job %s: %s failed", job.id, name)
+                    result["failed"].append(FileFailure(file=name, reason="internal error; see the server log"))
+                    internal = True
+                    continue
                 for key in ("added", "updated", "unchanged"):
                     result[key] += getattr(report, key)
                 result["failed"] += [FileFailure(file=name, reason=reason) for _, reason in report.failed]
+                result["failed"] += [FileFailure(file=name, reason="no text to index") for _ in report.empty]
                 result["chunks"] += report.chunks
             if result["failed"]:
                 error = JobError(message="; ".join(f"{f.file}: {f.reason}" for f in result["failed"]),
-                                 code="ingest_failed")
-        except KnowledgeError as e:
-            error = JobError(message=str(e), code="ingest_failed")
-        except Exception:
-            log.exception("ingest job %s failed", job.id)
-            error = JobError(message="internal error while ingesting; see the server log", code="internal_error")
+                                 code="internal_error" if internal else "ingest_failed")
         finally:
             for path, _ in staged:  # what was not promoted
                 path.unlink(missing_ok=True)

@@ -112,7 +112,7 @@ def ingest_staged(kb: KnowledgeBase, staged: Path, name: str) -> IngestReport:
         report = kb.ingest([target], progress=False, prune=False)
         return report
     finally:
-        if report is not None and report.ok:
+        if report is not None and report.ok and not report.empty:
             previous.unlink(missing_ok=True)
         elif had_previous:
             os.replace(previous, target)

@@ -37,3 +37,10 @@ class KnowledgeBaseCorruptError(KnowledgeError):
 
 class KnowledgeBaseBusyError(KnowledgeError):
     """Another process kept the vector-index lock longer than the wait allows."""
+
+
+class EmptyDocumentError(IngestError):
+    """A file that parses but holds no text to index (a page of links, a scanned PDF): skipped, not failed."""
+
+    def __init__(self, path: str | Path):
+        super().__init__(path, "no text to index")

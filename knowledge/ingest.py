@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from knowledge.chunking import Chunk
-from knowledge.errors import IngestError
+from knowledge.errors import EmptyDocumentError, IngestError
 from knowledge.loaders import is_supported, load_document
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class IngestReport:
     deleted: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     skipped: list[str] = field(default_factory=list)  # files of unsupported types found in folders
+    empty: list[str] = field(default_factory=list)  # files with no text to index (a page of links): not failures
     chunks: int = 0  # chunks written
     embedded: int = 0  # chunks embedded now (the rest reused the vector of an identical earlier chunk)
     truncated: int = 0  # chunks longer than the embedder's window (only the start was embedded)
@@ -47,15 +48,21 @@ class IngestReport:
     def ok(self) -> bool:
         return not self.failed
 
+    @property
+    def indexed_any(self) -> bool:
+        """Whether the KB holds any of the files given, new or as they were."""
+        return bool(self.added or self.updated or self.unchanged)
+
     def summary(self) -> str:
         parts = [f"{len(self.added)} added", f"{len(self.updated)} updated", f"{len(self.unchanged)} unchanged",
-                 f"{len(self.deleted)} deleted", f"{len(self.failed)} failed"]
+                 f"{len(self.deleted)} deleted", f"{len(self.failed)} failed"] + (
+                     [f"{len(self.empty)} without text"] if self.empty else [])
         rate = f", {self.embedded / self.seconds:.0f} chunks/s" if self.embedded and self.seconds else ""
         return f"{', '.join(parts)}; {self.chunks} chunks written ({self.embedded} embedded{rate}) in {self.seconds:.1f}s"
 
     def to_dict(self) -> dict:
         return {"added": self.added, "updated": self.updated, "unchanged": self.unchanged, "deleted": self.deleted,
-                "failed": [{"path": p, "reason": r} for p, r in self.failed], "skipped": self.skipped,
+                "failed": [{"path": p, "reason": r} for p, r in self.failed], "skipped": self.skipped, "empty": self.empty,
                 "chunks": self.chunks, "embedded": self.embedded, "truncated": self.truncated,
                 "seconds": round(self.seconds, 3)}
 
@@ -134,7 +141,7 @@ def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int) -> _Pendi
     doc = load_document(path, data)
     chunks = chunker.chunk(doc)
     if not chunks:
-        raise IngestError(path, "no text to index")
+        raise EmptyDocumentError(path)
     fields = {"source": str(path), "name": name, "kind": doc.kind, "title": doc.title, "content_hash": content_hash,
               "chunker": chunker.signature, "size": len(data), "mtime": info.st_mtime, "text": doc.text}
     reusable = kb.store.vectors_by_hash(existing.id) if existing else {}
@@ -197,6 +204,10 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
     for path, name in bar:
         try:
             item = _prepare(kb, path, name, max_file_bytes)
+        except EmptyDocumentError as e:  # as with a failure, an earlier version of the file stays
+            log.warning("skipped %s: no text to index", e.path)
+            report.empty.append(e.path)
+            continue
         except IngestError as e:
             log.debug("skipped %s", e)  # the report carries it (the CLI prints one line per failure)
             report.failed.append((e.path, e.reason))

@@ -348,3 +348,43 @@ def test_places_are_embedded_kept_and_ranked(tmp_path, embedder):
         assert _placeless(kb_dir) == 0
         hits = kb.search("lift off the pedal to stop", k=3, mode="hybrid", min_score=NO_GATE)
         assert all("place" in h.scores for h in hits)
+
+
+def test_an_upload_job_goes_on_after_a_file_fails_in_any_way(tmp_path, embedder, monkeypatch):
+    """A parser's unexpected exception on one staged file is that file's failure; the files after it are
+    still ingested, and a page with no text is reported, not dropped."""
+    import time
+
+    import app.jobs as jobs
+    from app.uploads import staging_dir
+
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        staging = staging_dir(kb.dir)
+        staging.mkdir(parents=True, exist_ok=True)
+        names = {"a1.md": "# One\n\nThe first note.\n", "bad.md": "# Bad\n\nNever read.\n",
+                 "links.html": "<html><body><nav><a href='x'>x</a></nav></body></html>",
+                 "a2.md": "# Two\n\nThe second note.\n"}
+        staged = []
+        for name, text in names.items():
+            (staging / name).write_text(text)
+            staged.append((staging / name, name))
+        real = jobs.ingest_staged
+
+        def flaky(kb, path, name):
+            if name == "bad.md":
+                raise MemoryError("a parser's resource limit")
+            return real(kb, path, name)
+
+        monkeypatch.setattr(jobs, "ingest_staged", flaky)
+        writer = jobs.KnowledgeWriter(max_pending=2)
+        job = writer.submit_ingest(kb, staged)
+        for _ in range(600):
+            if writer.get(job.id).finished_at is not None:
+                break
+            time.sleep(0.05)
+        done = writer.get(job.id)
+        writer.close()
+        assert done.added and sorted(done.added) == sorted(str(kb.dir / "uploads" / n) for n in ("a1.md", "a2.md"))
+        assert {f.file: f.reason for f in done.failed} == {"bad.md": "internal error; see the server log",
+                                                          "links.html": "no text to index"}
+        assert done.status == "failed" and done.error.code == "internal_error"

@@ -33,12 +33,17 @@ def docs(docs):
     return docs
 
 
-def test_ingest_reports_failures_with_exit_code_2(cli, docs):
+def test_ingest_reports_failures_and_fails_only_when_nothing_was_indexed_or_strict(cli, docs):
+    (docs / "links.html").write_text("<html><body><nav><a href='a.html'>A</a></nav></body></html>")
     proc = cli("ingest", str(docs), "--quiet")
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 0, proc.stderr  # the two readable documents are in
     assert "failed: " in proc.stderr and "broken.txt: binary" in proc.stderr and "Traceback" not in proc.stderr
-    assert proc.stdout.startswith("2 added, 0 updated, 0 unchanged, 0 deleted, 1 failed")
+    assert f"skipped: {docs / 'links.html'}: no text to index" in proc.stderr  # a page of links only
+    assert proc.stdout.startswith("2 added, 0 updated, 0 unchanged, 0 deleted, 1 failed, 1 without text")
+    assert cli("ingest", str(docs), "--quiet", "--strict").returncode == 2
+    assert cli("ingest", str(docs / "broken.txt"), "--quiet").returncode == 2  # nothing given could be indexed
     (docs / "broken.txt").unlink()
+    (docs / "links.html").unlink()
     proc = cli("ingest", str(docs), "--json")
     assert proc.returncode == 0 and len(json.loads(proc.stdout)["unchanged"]) == 2
 
@@ -111,7 +116,7 @@ def test_ingest_refuses_fifos_and_devices(cli, docs):
     (docs / "broken.txt").unlink()
     os.mkfifo(docs / "pipe.md")
     (docs / "zero.md").symlink_to("/dev/zero")
-    proc = cli("ingest", str(docs), "--quiet")
+    proc = cli("ingest", str(docs), "--quiet", "--strict")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     failures = [line for line in proc.stderr.splitlines() if line.startswith("failed: ")]
     assert sorted(failures) == ["failed: /dev/zero: not a regular file", f"failed: {docs / 'pipe.md'}: not a regular file"]
@@ -123,7 +128,7 @@ def test_ingest_refuses_fifos_and_devices(cli, docs):
 def test_ingest_refuses_files_over_the_size_limit(cli, docs):
     (docs / "broken.txt").unlink()
     (docs / "big.md").write_text("# Big\n\n" + "word " * 300_000)  # 1.5 MB
-    proc = cli("ingest", str(docs), "--quiet", "--max-file-mb", "1")
+    proc = cli("ingest", str(docs), "--quiet", "--max-file-mb", "1", "--strict")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == f"failed: {docs / 'big.md'}: larger than the 1048576 byte limit"
     listed = json.loads(cli("kb", "list", "--json").stdout)

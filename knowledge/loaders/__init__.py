@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from knowledge.errors import IngestError
+from knowledge.errors import EmptyDocumentError, IngestError
 from knowledge.loaders.base import ParsedDocument, Section, decode_text
 from knowledge.loaders.faq import load_faq
 from knowledge.loaders.html import load_html
@@ -41,7 +41,7 @@ def load_document(path: Path, data: bytes | None = None) -> ParsedDocument:
     except (ValueError, UnicodeError, RecursionError) as e:  # malformed input the parsers choke on
         raise IngestError(path, f"cannot parse: {e}") from None
     if not doc.text.strip() or not doc.sections:
-        raise IngestError(path, "no text to index")
+        raise EmptyDocumentError(path)
     return doc
 
 
