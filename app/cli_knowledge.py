@@ -186,6 +186,35 @@ def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
     click.echo(f"{base.dir / PASSAGE_KV_DIR}: {size / 2**20:.1f} MB for {llm.name}")
 
 
+@kb.command("profile")
+@_kb
+@click.option("--set", "profile_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Store this answer profile (JSON; fields left out keep their defaults).")
+@click.option("--reset", is_flag=True, help="Back to the defaults (a neutral assistant).")
+@_friendly
+def kb_profile(kb_dir, profile_file, reset) -> None:
+    """The KB's answer profile: who the assistant is and whom it answers, how a spoken answer reaches
+    them, and the words that say nothing about a question of this KB. Prints the one in use."""
+    from pydantic import ValidationError
+
+    from app.cli_common import invalid
+    from knowledge.profile import AnswerProfile
+
+    if profile_file and reset:
+        raise click.UsageError("--set and --reset exclude each other")
+    with _open(kb_dir, embedder=False) as base:
+        if profile_file:
+            try:
+                base.set_profile(AnswerProfile.model_validate_json(profile_file.read_text(encoding="utf-8")))
+            except ValidationError as e:
+                raise KnowledgeError(f"{profile_file} is no answer profile: {invalid(e)}") from None
+            except UnicodeDecodeError:
+                raise KnowledgeError(f"{profile_file} is no answer profile: not UTF-8 text") from None
+        elif reset:
+            base.set_profile(None)
+        click.echo(base.profile.model_dump_json(indent=2))
+
+
 @kb.command("check")
 @_kb
 @_friendly

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from build_scripts.plan import BuildPlan, EmbedderShape, LLMShape, build_model, parse_quant
-from knowledge import KnowledgeBase
+from knowledge import AnswerProfile, KnowledgeBase
 from models import home
 from models.contract import contract_mismatch
 from models.manifest import ManifestError, load_manifest
@@ -89,10 +89,12 @@ def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu",
 
 
 SAMPLES = Path(str(resources.files("knowledge") / "samples"))
+SAMPLE_PROFILE = SAMPLES / "aurora_profile.json"  # the sample KB's answer profile: an in-car assistant
 
 
 def ensure_sample_kb(kb: KnowledgeBase) -> None:
-    """Ingest the sample in-car FAQ and manual; unchanged files are skipped on later starts."""
+    """Ingest the sample in-car FAQ and manual; unchanged files are skipped on later starts. A KB
+    with no answer profile of its own gets the sample's (`hexrag kb profile` changes it)."""
     # the question files beside the KB are its evaluations, not knowledge
     files = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".jsonl", ".md") and p.name != "README.md"
                    and "questions" not in p.name)
@@ -105,4 +107,6 @@ def ensure_sample_kb(kb: KnowledgeBase) -> None:
         if src.name in names and src.parent.parts[-2:] == ("knowledge", "samples") and doc.source not in current:
             kb.delete(doc.source)
             log.info("knowledge base %s: removed the sample copy %s", kb.dir, doc.source)
+    if kb.profile == AnswerProfile():
+        kb.set_profile(AnswerProfile.model_validate_json(SAMPLE_PROFILE.read_text(encoding="utf-8")))
     log.info("knowledge base %s: %d added, %d unchanged", kb.dir, len(report.added), len(report.unchanged))

@@ -11,9 +11,10 @@ from knowledge.errors import (EmbedderMismatchError, EmbedderRequiredError, Inge
 from knowledge.ingest import IngestReport
 from knowledge.kb import CheckReport, KnowledgeBase
 from knowledge.paths import default_embedder_dir, default_kb_dir
+from knowledge.profile import AnswerProfile
 from knowledge.retrieval import DEFAULT_MIN_SCORE, MODES, Hit
 from knowledge.store import DocumentRecord
 
-__all__ = ["CheckReport", "DEFAULT_MIN_SCORE", "DocumentRecord", "EmbedderMismatchError", "EmbedderRequiredError",
+__all__ = ["AnswerProfile", "CheckReport", "DEFAULT_MIN_SCORE", "DocumentRecord", "EmbedderMismatchError", "EmbedderRequiredError",
            "Hit", "IngestError", "IngestReport", "KnowledgeBase", "KnowledgeBaseCorruptError", "KnowledgeError",
            "MODES", "UnknownDocumentError", "default_embedder_dir", "default_kb_dir"]

@@ -13,14 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from knowledge import index as vindex
 from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path, place_text
-from knowledge.errors import EmbedderMismatchError, EmbedderRequiredError, UnknownDocumentError
+from knowledge.errors import (EmbedderMismatchError, EmbedderRequiredError, KnowledgeBaseCorruptError,
+                              UnknownDocumentError)
 from knowledge.fusion import reciprocal_rank_fusion
 from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import MAX_FILE_BYTES, IngestReport, place_vectors, run_ingest
 from knowledge.lexical import search_bm25
+from knowledge.profile import META_KEY as PROFILE_KEY
+from knowledge.profile import AnswerProfile
 from knowledge.paths import default_kb_dir
 from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, PLACE_WEIGHT, SCORE_KINDS,
                                  Hit, by_section, section_key)
@@ -118,6 +122,26 @@ class KnowledgeBase:
             e = self._need_embedder()
             self._chunker = Chunker(e.tokenizer, self._max_tokens or e.seq, self._overlap)
         return self._chunker
+
+    # ---- the answer profile (knowledge/profile.py): stored with the KB, read by the answer layer
+    @property
+    def profile(self) -> AnswerProfile:
+        stored = self.store.get_meta(PROFILE_KEY)
+        if stored is None:
+            return AnswerProfile()
+        try:
+            return AnswerProfile.model_validate_json(stored)
+        except ValidationError as e:  # written by this class, so only a hand-edited database gets here
+            raise KnowledgeBaseCorruptError(f"the answer profile stored in {self.dir} is not valid: "
+                                            f"{e.errors()[0]['msg']}; set it again with `hexrag kb profile --set`") from None
+
+    def set_profile(self, profile: AnswerProfile | None) -> None:
+        """Store `profile`; None: back to the defaults."""
+        with self._lock:
+            if profile is None:
+                self.store.delete_meta(PROFILE_KEY)
+            else:
+                self.store.set_meta(**{PROFILE_KEY: profile.model_dump_json()})
 
     # ---- vector index (derived from SQLite, kept in step with it by knowledge.index_sync)
     @property

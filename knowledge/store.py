@@ -175,6 +175,10 @@ class Store:
             for key, value in values.items():
                 self._set_meta(key, str(value))
 
+    def delete_meta(self, key: str) -> None:
+        with self.db.atomic():
+            self.db.execute("DELETE FROM meta WHERE key = ?", [key])
+
     def generation(self) -> int:
         """Bumped by every committed change to the vectors (in any process): one indexed lookup."""
         return int(self.get_meta("generation") or 0)

@@ -83,14 +83,15 @@ def minilm_build(minilm_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def sample_kb(minilm_build, tmp_path_factory):
-    """The sample in-car FAQ and manual ingested with the real MiniLM embedder."""
-    from knowledge import KnowledgeBase
+    """The sample in-car FAQ and manual ingested with the real MiniLM embedder, with its answer profile."""
+    from knowledge import AnswerProfile, KnowledgeBase
     from runtime.embedder import Embedder
 
     kb_dir = tmp_path_factory.mktemp("kb")
     kb = KnowledgeBase.open(kb_dir, Embedder(minilm_build))
     kb.ingest([SAMPLES / "aurora_faq.jsonl", SAMPLES / "aurora_faq_zh.jsonl", SAMPLES / "aurora_manual.md"],
               progress=False)
+    kb.set_profile(AnswerProfile.model_validate_json((SAMPLES / "aurora_profile.json").read_text()))
     kb.close()
     return kb_dir
 

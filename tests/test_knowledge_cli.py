@@ -142,3 +142,22 @@ def test_kb_delete_of_no_document_is_a_clean_error(cli, docs, source):
     proc = cli("kb", "delete", source)
     assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
     assert len(json.loads(cli("kb", "list", "--json").stdout)) == 2
+
+
+def test_the_answer_profile_is_stored_with_the_kb(cli, docs, tmp_path):
+    """`hexrag kb profile`: the defaults until one is set; a bad file is one line and changes nothing."""
+    (docs / "broken.txt").unlink()
+    assert cli("ingest", str(docs), "--quiet").returncode == 0
+    shown = json.loads(cli("kb", "profile").stdout)
+    assert shown["user"] == "the user" and shown["stop_words"] == []
+    mine = tmp_path / "profile.json"
+    mine.write_text(json.dumps({"assistant": "You are a washing machine's help screen.", "user": "the owner",
+                                "stop_words": ["Washer", "washer"]}))
+    proc = cli("kb", "profile", "--set", str(mine))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["stop_words"] == ["washer"]
+    mine.write_text(json.dumps({"user": " ", "colour": "red"}))
+    proc = cli("kb", "profile", "--set", str(mine))
+    assert proc.returncode == 1 and proc.stderr.startswith(f"error: {mine} is no answer profile: ")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert json.loads(cli("kb", "profile").stdout)["user"] == "the owner"  # unchanged
+    assert json.loads(cli("kb", "profile", "--reset").stdout)["user"] == "the user"
