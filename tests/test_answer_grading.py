@@ -43,3 +43,16 @@ def test_a_yes_or_no_question_needs_the_right_reply():
     low = AnswerQuestion("能设到百分之四十吗？", "zh", True, ["charge-limit-zh"], [["50%"]], [], reply="no")
     assert grade(low, "不能，最低只能设到 50%。", False, ["充电上限可以设在 50% 到 100% 之间。"])["grade"] == "correct"
     assert grade(low, "可以，范围是 50% 到 100%。", False, ["充电上限可以设在 50% 到 100% 之间。"])["grade"] == "wrong"
+
+
+def test_false_claims_count_answers_to_unanswerable_questions_and_false_facts():
+    from app.bench.answers import summarize
+
+    sunroof = AnswerQuestion("how do I open the sunroof?", "en", False, [], [], [])
+    rows = [grade(FRONT, "The front tyres need 240 kPa.", False, REFERENCE),  # right
+            grade(FRONT, "The front tyres need 290 kPa.", False, REFERENCE),  # a false number
+            grade(FRONT, "I don't know.", True, REFERENCE),  # refused: no claim
+            grade(sunroof, "Press the button above the mirror.", False, REFERENCE),  # invented
+            grade(sunroof, "I don't know.", True, REFERENCE)]
+    summary = summarize(rows)
+    assert summary["false_claim_rate"] == 0.4 and summary["refused_answerable"] == round(1 / 3, 4)

@@ -133,6 +133,10 @@ def summarize(rows: list[dict]) -> dict:
         "refused_answerable": _rate(sum(r["refused"] for r in answerable), len(answerable)),
         # over every answer given (refusals state nothing)
         "unsupported_fact_rate": _rate(sum(bool(r["unsupported"]) for r in rows), len(rows)),
+        # answers that claim something false: any answer to a question the KB cannot answer, and an answer
+        # stating a fact the expected passages do not, a known wrong value or the wrong reply
+        "false_claim_rate": _rate(sum(not r["refused"] and (not r["answerable"] or bool(r.get("false")))
+                                      for r in rows), len(rows)),
         "refusal_precision": _rate(sum(not r["answerable"] for r in refused), len(refused)),
         "refusal_recall": _rate(sum(r["refused"] for r in unanswerable), len(unanswerable)),
         "by_language": {},
@@ -178,7 +182,9 @@ def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = F
         answer = assistant.answer(q.question, voice=voice)
         refused = answer.grounding is not None and answer.grounding.decision == "refused"
         row = grade(q, answer.text, refused, reference)
-        row["decision"] = answer.grounding.decision if answer.grounding else None
+        g = answer.grounding
+        row.update(decision=g.decision if g else None, reason=g.reason if g else None,
+                   refusal_probability=g.refusal_probability if g else None)
         row["first_sentence_ms"] = answer.timings.get("first_sentence_ms")
         row["answer_ms"] = answer.timings.get("total_ms")
         row.update({k: answer.timings[k] for k in ("drafted_tokens", "accepted_tokens") if k in answer.timings})
@@ -192,7 +198,7 @@ def format_summary(result: dict) -> str:
     lines = [f"{s['questions']} questions ({s['answerable']} answerable, {s['unanswerable']} not in the KB)",
              f"correct {s['correct']}  partial {s['partial']}  wrong {s['wrong']}  refused {s['refused_answerable']}"
              "  (of answerable)",
-             f"answers with an unsupported fact {s['unsupported_fact_rate']}",
+             f"answers with an unsupported fact {s['unsupported_fact_rate']}  with a false claim {s['false_claim_rate']}",
              f"refusals: precision {s['refusal_precision']}  recall {s['refusal_recall']}"]
     for lang, v in s["by_language"].items():
         lines.append(f"  {lang}: correct {v['correct']} of {v['answerable']}")

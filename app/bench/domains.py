@@ -3,12 +3,13 @@ of) and its question splits, `dev.jsonl` (read while the answer layer is built) 
 (written before a change and only measured after it).
 
     knowledge/samples/evals/<domain>/
-        domain.json      {"documents": [paths relative to the folder: files or folders]}
+        domain.json      {"documents": [paths relative to the folder: files or folders],
+                          "profile": the KB's answer profile (a path; optional: the defaults)}
         dev.jsonl        strict answer questions (app/bench/answers.py)
         holdout.jsonl
 
-The domain's knowledge base is ingested once per embedder and set of documents into the cache
-(`$HEXRAG_CACHE/eval-kbs/`) and copied for each run, so a run never changes it.
+The domain's knowledge base is ingested once per embedder, set of documents and version of the
+loaders into the cache (`$HEXRAG_CACHE/eval-kbs/`) and copied for each run, so a run never changes it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def domains_root() -> Path:
 class Domain(BaseModel):
     model_config = ConfigDict(extra="forbid")
     documents: list[str]
+    profile: str | None = None
 
     @classmethod
     def load(cls, folder: Path) -> Domain:
@@ -77,10 +79,21 @@ def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
     on first use for this embedder and these documents."""
     from knowledge import KnowledgeBase
 
+    from knowledge import AnswerProfile
+
     domain = Domain.load(folder)
     documents = [(folder / d).resolve() for d in domain.documents]
+    profile = AnswerProfile()
+    if domain.profile:
+        try:
+            profile = AnswerProfile.model_validate_json((folder / domain.profile).read_text(encoding="utf-8"))
+        except (OSError, ValidationError) as e:
+            raise BenchError(f"domain {folder.name}: its profile {domain.profile} cannot be used: {e}") from None
     digest = hashlib.sha256(embedder.model_id.encode())
-    for f in _files(documents):
+    # the documents, and the code that reads and chunks them: a loader's fix makes a new KB
+    readers = sorted(Path(str(resources.files("knowledge"))).glob("loaders/*.py")) + [
+        Path(str(resources.files("knowledge") / "chunking.py"))]
+    for f in [*_files(documents), *readers]:
         digest.update(f.name.encode() + hashlib.sha256(f.read_bytes()).digest())
     cached = home.cache_dir() / "eval-kbs" / f"{folder.name}-{digest.hexdigest()[:16]}"
     if not cached.is_dir():
@@ -95,4 +108,6 @@ def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
         building.rename(cached)
     copy = Path(tempfile.mkdtemp(prefix=f"hexrag-eval-{folder.name}-"))
     shutil.copytree(cached, copy, dirs_exist_ok=True)
+    with KnowledgeBase.open(copy) as kb:  # the profile is set on the copy: editing it needs no new ingest
+        kb.set_profile(profile)
     return copy
