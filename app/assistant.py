@@ -6,12 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.answer.passage_kv import kept_rows
-from app.answer.pipeline import AnswerResult, GroundedGeneration, plan_answer
-from app.schemas import ChatRequest, Citation
+from app.answer.pipeline import AnswerResult
+from app.answer.types import AnswerRequest, Citation, Turn
+from app.engine import Engine
 from app.settings import Settings
-from runtime.llm import LLM
-from runtime.sampling import SamplingParams
 
 
 @dataclass
@@ -27,30 +25,27 @@ class Answer(AnswerResult):
 
 class Assistant:
     def __init__(self, settings: Settings, rag: bool = True):
-        from knowledge import KnowledgeBase
-        from runtime.embedder import Embedder
+        self.engine = Engine.load(settings, rag)
+        self.settings, self.llm, self.kb = settings, self.engine.llm, self.engine.kb
+        self.history: list[Turn] = []
 
-        self.settings = settings
-        self.llm = LLM(settings.llm, settings.runtime())
-        self.kb = None
-        if rag:
-            self.kb = KnowledgeBase.open(settings.kb, Embedder(settings.embedder, settings.runtime()))
-        self.passage_kv = kept_rows(self.llm, settings.kb if rag else None, passages=rag and settings.passage_kv)
-        self.history: list[dict] = []
+    @property
+    def passage_kv(self):
+        return self.engine.passage_kv
+
+    @passage_kv.setter
+    def passage_kv(self, value) -> None:
+        self.engine.passage_kv = value
 
     def ask(self, question: str, voice: bool = False, keep_history: bool = False) -> Iterator[str]:
         """Stream the answer's text; the finished `Answer` is the generator's return value."""
-        s = self.settings
-        messages = [*self.history, {"role": "user", "content": question}]
-        req = ChatRequest(messages=messages, voice=voice, rag=self.kb is not None)
-        kb = self.kb if self.kb is not None and self.kb.stats()["chunks"] else None
-        plan = plan_answer(req, self.llm, kb, s.default_max_tokens, s.rag_k, s.rag_min_score)
-        gen = GroundedGeneration(self.llm, plan, SamplingParams(repetition_penalty=s.default_repetition_penalty),
-                                 passage_kv=self.passage_kv, prompt_lookup=s.prompt_lookup)
+        turns = [*self.history, Turn("user", question)]
+        plan = self.engine.plan(AnswerRequest(turns, voice=voice, rag=self.kb is not None))
+        gen = self.engine.generation(plan)
         yield from gen
         answer = Answer(**vars(gen.result), citations=plan.citations)
         if keep_history:
-            self.history += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.text}]
+            self.history += [Turn("user", question), Turn("assistant", answer.text)]
         return answer
 
     def answer(self, question: str, voice: bool = False) -> Answer:

@@ -78,7 +78,7 @@ def chat(llm, embedder, kb, backend, no_rag, voice) -> None:
     from app.assistant import citation_lines
 
     assistant = _assistant(llm, embedder, kb, backend, no_rag)
-    click.echo("hexrag chat: ask about your car; an empty line quits.", err=True)
+    click.echo("hexrag chat: ask about your documents; an empty line quits.", err=True)
     while True:
         try:
             question = input("> ").strip()

@@ -114,27 +114,6 @@ class ChatRequest(BaseModel):
     voice: bool = False
 
 
-class Citation(BaseModel):
-    index: int  # the passage number the prompt labelled this source with
-    source: str
-    title: str | None = None  # what the passage is: the FAQ question or the section title
-    heading: str | None = None
-    entry_id: str | None = None
-    snippet: str
-    score: float
-
-
-class Grounding(BaseModel):
-    """Why the answer says what it says (the `grounding` extension of a chat completion)."""
-
-    decision: Literal["answered", "extractive", "refused"]
-    reason: str
-    confidence: dict | None = None  # retrieval's answerability signal for the best passage
-    passages: list[int] = Field(default_factory=list)  # citation indexes the answer could draw on
-    supported: list[str] = Field(default_factory=list)  # hard facts stated, each found in the passages
-    unsupported: list[str] = Field(default_factory=list)  # facts the model stated without support (not sent)
-
-
 def _texts(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else value
 

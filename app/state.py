@@ -7,13 +7,10 @@ import time
 from dataclasses import dataclass, field
 
 from app.accelerator import Accelerator
-from app.answer.passage_kv import PassageKV, kept_rows
+from app.engine import Engine
 from app.jobs import KnowledgeWriter
 from app.settings import Settings
 from app.uploads import clear_staging
-from knowledge import KnowledgeBase
-from runtime.embedder import Embedder
-from runtime.llm import LLM
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +22,7 @@ class AppState:
     writer: KnowledgeWriter  # every KB write of the API (upload ingest jobs, deletes), in order, off the event loop
     status: str = "loading"  # loading | ready | error
     error: str | None = None
-    llm: LLM | None = None
-    embedder: Embedder | None = None
-    kb: KnowledgeBase | None = None
-    passage_kv: PassageKV | None = None  # kept KV rows: the instructions', with settings.passage_kv the passages' too
+    engine: Engine | None = None  # set once loaded
     started: float = field(default_factory=time.time)
 
     def load(self) -> None:
@@ -39,28 +33,35 @@ class AppState:
                 from app.device import settle
 
                 self.settings = s = settle(s)[0]
-            log.info("loading LLM %s on %s", s.llm, s.backend)
-            self.llm = LLM(s.llm, s.runtime())
-            if s.prompt_lookup != "off" and self.llm.decoder.inplace and not self.llm.decoder.scores_every_position:
+            log.info("loading LLM %s on %s, embedder %s", s.llm, s.backend, s.embedder)
+            engine = Engine.load(s)
+            decoder = engine.llm.decoder
+            if s.prompt_lookup != "off" and decoder.inplace and not decoder.scores_every_position:
                 log.warning("%s was built before prompt lookup: its answers decode a token per step "
                             "(rebuild it with `hexrag build llm` for sooner voice answers)", s.llm)
-            log.info("loading embedder %s", s.embedder)
-            self.embedder = Embedder(s.embedder, s.runtime())
-            self.kb = _open_kb(s, self.embedder)
-            clear_staging(self.kb.dir)
-            self.passage_kv = kept_rows(self.llm, self.kb.dir, passages=s.passage_kv)
-            if self.passage_kv is not None:
-                self.passage_kv.warm()
+            clear_staging(engine.kb.dir)
+            if engine.passage_kv is not None:
+                engine.passage_kv.warm(engine.kb.profile)
+            self.engine = engine
             self.status = "ready"
             log.info("ready")
         except Exception as e:  # reported by /health; the server stays up to say why
             log.error("start-up failed: %s", e)
             self.status, self.error = "error", str(e)
 
+    # what the routers use of the engine (None until it has loaded)
+    @property
+    def llm(self):
+        return self.engine.llm if self.engine else None
+
+    @property
+    def embedder(self):
+        return self.engine.embedder if self.engine else None
+
+    @property
+    def kb(self):
+        return self.engine.kb if self.engine else None
+
     @property
     def model_ids(self) -> list[str]:
         return ["hexrag", "hexrag-voice"] + ([self.llm.name] if self.llm else [])
-
-
-def _open_kb(settings: Settings, embedder: Embedder) -> KnowledgeBase:
-    return KnowledgeBase.open(settings.kb, embedder)

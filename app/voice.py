@@ -11,11 +11,16 @@ from __future__ import annotations
 import re
 
 from app.answer.sentences import strip_markdown
+from knowledge.profile import AnswerProfile
 
-VOICE_INSTRUCTIONS = (
-    "The driver hears your answer through the car's speakers, so answer in one or two short spoken sentences. "
-    "No lists, no headings, no markdown, no emojis."
-)
+
+
+def voice_instructions(profile: AnswerProfile) -> str:
+    """What a spoken answer adds to the instructions; how it reaches the listener is the KB's profile."""
+    return (f"{profile.listening}, so answer in one or two short spoken sentences. "
+            "No lists, no headings, no markdown, no emojis.")
+
+
 VOICE_MAX_TOKENS = 96  # a spoken answer of a few sentences; small models ignore "be brief" otherwise
 
 # unit spellings a text-to-speech engine reads correctly; longest first so "kWh" wins over "kW"

@@ -32,6 +32,13 @@ class AnswerProfile(BaseModel):
         description="Words that say nothing about what a question of this KB asks, because every question "
                     "could use them (a car manual's \"car\" and \"vehicle\", its product name).")
 
+    # the answerability thresholds on the best passage (app/answer/passages.py has the defaults and where
+    # they were measured); set them for a KB after measuring its own answerable and unanswerable questions
+    min_confidence: float | None = Field(default=None, ge=-1, le=2, description="Least cosine + 0.2 x term "
+                                         "coverage of the best passage for a question the embedder reads.")
+    min_bm25: float | None = Field(default=None, ge=0, description="Least BM25 of the best passage for a question "
+                                                                   "the embedder cannot read.")
+
     @field_validator("assistant", "user", "listening")
     @classmethod
     def _not_blank(cls, value: str) -> str:

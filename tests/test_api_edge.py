@@ -181,25 +181,25 @@ def test_every_domain_error_has_an_expectation():
 
 @pytest.mark.parametrize("error,status,code", EXPECTED, ids=lambda v: type(v).__name__ if isinstance(v, Exception) else "")
 def test_typed_errors_map_to_their_status_through_the_api(api, app, monkeypatch, error, status, code):
-    import app.routers.chat as chat_router
+    import app.engine as engine
 
     def fail(*_, **__):
         raise error
 
-    monkeypatch.setattr(chat_router, "plan_answer", fail)
+    monkeypatch.setattr(engine, "plan_answer", fail)
     assert_error(chat(api), status, code)
     assert as_api_error(error).status == status
 
 
 def test_a_stream_that_fails_after_the_200_ends_with_an_error_event_and_done(api, monkeypatch):
-    import app.routers.chat as chat_router
+    import app.engine as engine
 
-    class Failing(chat_router.GroundedGeneration):
+    class Failing(engine.GroundedGeneration):
         def __iter__(self):
             yield "Hello"
             raise RuntimeModelError("the NPU went away")
 
-    monkeypatch.setattr(chat_router, "GroundedGeneration", Failing)
+    monkeypatch.setattr(engine, "GroundedGeneration", Failing)
     with api.stream("POST", "/v1/chat/completions", json={"messages": HI, "stream": True}) as r:
         assert r.status_code == 200
         events = [line.removeprefix("data: ") for line in r.iter_lines() if line]
@@ -210,14 +210,14 @@ def test_a_stream_that_fails_after_the_200_ends_with_an_error_event_and_done(api
 
 
 def test_an_unexpected_failure_mid_stream_is_an_internal_error_event(api, monkeypatch):
-    import app.routers.chat as chat_router
+    import app.engine as engine
 
-    class Broken(chat_router.GroundedGeneration):
+    class Broken(engine.GroundedGeneration):
         def __iter__(self):
             raise ZeroDivisionError("secret detail")
             yield
 
-    monkeypatch.setattr(chat_router, "GroundedGeneration", Broken)
+    monkeypatch.setattr(engine, "GroundedGeneration", Broken)
     with api.stream("POST", "/v1/chat/completions", json={"messages": HI, "stream": True}) as r:
         events = [line.removeprefix("data: ") for line in r.iter_lines() if line]
     assert events[-1] == "[DONE]"

@@ -364,8 +364,11 @@ def test_a_bound_turned_round_fails(passages, question, answer, ok):
     ("Can I tow 800 kg without brakes?", "Yes, you can tow 800 kg without brakes.", False),  # their words only
     ("Can I tow 800 kg without brakes?", "No, an unbraked trailer may weigh up to 750 kg.", True),
 ])
-def test_a_yes_or_no_must_agree_with_the_limit_it_cites(question, answer, ok):
-    check = Verifier([TOWING], question).check(answer)
+def test_a_yes_or_no_must_agree_with_the_limit_the_passages_give(question, answer, ok):
+    from app.answer.limits import judge_limit
+
+    limit = judge_limit(question, [TOWING])
+    check = Verifier([TOWING], question, expected_reply=limit.reply if limit else None).check(answer)
     assert check.ok is ok, check.unsupported
 
 
@@ -524,7 +527,11 @@ class _ScriptedLLM:
     def __init__(self, answer: str):
         self.answer = answer
 
-    def generate(self, prompt_ids, max_new_tokens, sampling, stop, cancel, placed=None, draft=False):
+    def encode(self, text, bos=True):  # a token per word is all refusal_starts needs
+        return [len(w) for w in text.split()]
+
+    def generate(self, prompt_ids, max_new_tokens, sampling, stop, cancel, placed=None, draft=False,
+                 ban_first=frozenset()):
         from runtime.llm import Delta, GenerationResult
 
         class Gen:
@@ -667,7 +674,8 @@ def _quotes(kb, question: str, passages) -> bool:
     """Whether plan_answer may quote the first passage, on its rarest-word test."""
     from app.answer.plan import _places, _quotable, _topic_words
 
-    return _quotable(_places(kb, _topic_words(question)), question, passages)
+    # a car KB's profile lists "car" among the words every question may use (aurora_profile.json)
+    return _quotable(_places(kb, _topic_words(question, {"car"})), question, passages)
 
 
 def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
@@ -702,13 +710,14 @@ LIMIT_AND_WARRANTY = ("Move the Charge limit slider anywhere between 50 and 100 
 
 
 @pytest.mark.parametrize("question, lacks", [
-    ("Can I cancel the SOS call if I press it by mistake?", set()),  # the driver's slip
+    # a word the KB lacks, one among five: no topic (plan_answer's share rule), but lacking all the same
+    ("Can I cancel the SOS call if I press it by mistake?", {"mistake"}),
     ("How low can I set the, uh, the max charge thing?", set()),  # how they talk
     ("Honestly, how low can the charge limit actually go?", set()),
     ("What's the battery warranty in years and kilometres?", set()),  # the KB writes km
     ("Can I cancel the SOS call from my watch?", {"watch"}),
 ])
-def test_the_drivers_chatter_is_no_word_the_kb_lacks(question, lacks):
+def test_vague_words_units_and_manner_are_no_words_the_kb_lacks(question, lacks):
 
     passages = [Passage.of(1, _hit("sos", SOS, 0.6, 8.0)), Passage.of(2, _hit("limit", LIMIT_AND_WARRANTY, 0.6, 8.0))]
     kb = _Lexical(SOS, LIMIT_AND_WARRANTY)

@@ -104,7 +104,8 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     prefilling them, and stays grounded."""
     import shutil
 
-    from app.answer.passages import INSTRUCTIONS, passage_prompt, with_system
+    from app.answer.passages import instructions as told
+    from app.answer.passages import passage_prompt, with_system
     from app.assistant import Assistant
     from app.settings import Settings
 
@@ -121,7 +122,7 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     assert assistant.passage_kv.computed == kept[0] and assistant.passage_kv.hits > kept[1]  # from memory
     assert "800-555-0199" in first.text and "800-555-0199" in again.text
     # a new conversation: the instructions' kept rows are placed as well, not prefilled again
-    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], [INSTRUCTIONS]), [])
+    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile)), [])
     assistant.llm.decoder.reset()
     fresh = assistant.answer("Which number do I call for roadside assistance?")
     assert fresh.timings["placed_tokens"] == again.timings["placed_tokens"] + len(instructions.prefix)
@@ -134,13 +135,14 @@ def test_answers_place_the_instructions_rows_without_passage_kv(smollm_build, mi
     nothing on disk), and answers as it does when they are prefilled."""
     import shutil
 
-    from app.answer.passages import INSTRUCTIONS, passage_prompt, with_system
+    from app.answer.passages import instructions as told
+    from app.answer.passages import passage_prompt, with_system
     from app.assistant import Assistant
     from app.settings import Settings
 
     kb = shutil.copytree(sample_kb, tmp_path / "kb")
     assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb))
-    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], [INSTRUCTIONS]), [])
+    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile)), [])
     question = "What is the roadside assistance phone number?"
     first = assistant.answer(question)
     assistant.llm.decoder.reset()
@@ -148,7 +150,7 @@ def test_answers_place_the_instructions_rows_without_passage_kv(smollm_build, mi
     assert first.timings["placed_tokens"] == again.timings["placed_tokens"] == len(instructions.prefix)
     assert assistant.passage_kv.computed == 1 and not (kb / "passage_kv").exists()
     # the server computes both answer styles' instructions at start-up: no question pays for them
-    assistant.passage_kv.warm()
+    assistant.passage_kv.warm(assistant.kb.profile)
     assert assistant.passage_kv.computed == 2 and assistant.passage_kv.hits >= 1
     assistant.passage_kv = None  # prefilled as before
     assistant.llm.decoder.reset()

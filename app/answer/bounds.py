@@ -19,10 +19,12 @@ from app.answer.facts import extract_facts, normalize
 UPPER, LOWER = "upper", "lower"
 
 _ABOUT = r"(?:about|around|approximately|roughly|约|大约)?\s*$"
-_UPPER_BEFORE = re.compile(r"(?:\bup\s+to|\bbelow|\bunder|\b(?:less|lower|slower)\s+than|\bat\s+most|"
+_UPPER_BEFORE = re.compile(r"(?:\bup\s+to|\bbelow|\bunder|\b(?:less|lower|slower|shorter|lighter|smaller|fewer|"
+                           r"narrower|younger)\s+than|\bat\s+most|"
                            r"\bmax(?:imum)?(?:\s+(?:is|of))?|\bwithin|"
                            r"不超过|低于|最多|最高|小于|少于)\s*" + _ABOUT, re.I)
-_LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater)\s+than|\bat\s+least|"
+_LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater|further|farther|longer|heavier|"
+                           r"larger|bigger|wider|taller|older)\s+than|\bat\s+least|"
                            r"\bminimum(?:\s+(?:is|of))?|\bbeyond|\bexceed(?:s|ing)?|"
                            r"超过|高于|至少|大于|多于)\s*" + _ABOUT, re.I)
 _UPPER_AFTER = re.compile(r"^\s*(?:以下|以内|之内|or\s+(?:less|below|under|lower)\b)", re.I)

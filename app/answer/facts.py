@@ -99,6 +99,10 @@ def _en_value(words: str) -> int | None:
 def _zh_int(text: str) -> int:
     if all(c in _ZH_DIGITS for c in text):  # "二〇二四": digit by digit
         return int("".join(str(_ZH_DIGITS[c]) for c in text))
+    # a digit right after 百/千/万 with nothing between counts the next place down, as spoken: 一百六
+    # is 160, 两千五 2,500 (一百零六, with its 零, is 106)
+    if len(text) >= 3 and text[-1] in _ZH_DIGITS and text[-2] in "百千万" and text[-1] not in "零〇":
+        return _zh_int(text[:-1]) + _ZH_DIGITS[text[-1]] * {"百": 10, "千": 100, "万": 1000}[text[-2]]
     total, section, digit = 0, 0, 0
     for c in text:
         if c in _ZH_DIGITS:
@@ -170,7 +174,10 @@ class Fact:
         return self.key.split(" ", 1)[0]
 
 
-_PHONE = re.compile(r"(?<![0-9A-Za-z.])\+?\d{2,4}(?:[\s.-]\d{2,4}){2,4}(?![0-9A-Za-z])")
+# digit groups joined by "-" or ".", or by spaces after "+" or a group of three ("800 555 0199", "+44 20 7946
+# 0958"): a table row's numbers ("4584 1316 5900", "85 19 104") are no phone number
+_PHONE = re.compile(r"(?<![0-9A-Za-z.])(?:\+?\d{2,4}(?:[.-]\d{2,4}){2,4}|(?:\+\d{1,4}|(?<![\d+])\d{3})(?:[\s.-]\d{2,4}){2,4})"
+                    r"(?![0-9A-Za-z])")
 # letters and digits in one word: "CCS2", "R18", "P0A80" (a digit run with a unit is a number instead)
 _CODE = re.compile(r"(?<![0-9A-Za-z])(?=[A-Za-z0-9-]*\d)[A-Za-z][A-Za-z0-9]*(?:-?[A-Za-z0-9]+)*(?![0-9A-Za-z])")
 # a sign is part of the value: "above minus 10 degrees" is not "above 10 degrees" ("4-6 years" is a range)

@@ -12,22 +12,53 @@ Only verified sentences are ever released, streamed or not, so the two are the s
 
 from __future__ import annotations
 
+import functools
+import math
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_quantity
 from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan
-from app.answer.question import answers_kind, asks_quantity, unit_of, wanted_units
+from app.answer.question import answers_kind, asks_quantity, on_topic, unit_of, wanted_units
 from app.answer.relevance import content_words
 from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
-from app.answer.verify import Check, Verifier, is_bare_reply
-from app.schemas import Grounding
+from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
+from app.answer.types import Grounding
 from app.voice import speakable
 from runtime.llm import LLM
 from runtime.sampling import SamplingParams
+
+
+class _Stop:
+    """Set to stop one generation early (its answer failed a check); the caller's cancel stops it too."""
+
+    def __init__(self, cancel: threading.Event):
+        self._cancel, self._own = cancel, threading.Event()
+
+    def set(self) -> None:
+        self._own.set()
+
+    def is_set(self) -> bool:
+        return self._own.is_set() or self._cancel.is_set()
+
+
+MAX_DROPPED = 2  # unsupported sentences after which the model is stopped: it is not answering from the passages
+
+
+@dataclass
+class _Draft:
+    """One generation's outcome: the sentences released, those held back, what failed and why it stopped."""
+
+    released: list[Check] = field(default_factory=list)
+    held: list[Check] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    verdict: str | None = None  # "model_refused" | "off_topic" | "unsupported" | None: it ran to its end
+    dropped: int = 0  # sentences left out: the passages did not support them
+    off_topic: list[str] = field(default_factory=list)  # the question's words the KB lacks that the model used
 
 
 @dataclass
@@ -57,6 +88,7 @@ class GroundedGeneration:
         self._sep = ""  # whitespace owed before the next piece
         self._start = time.perf_counter()
         self._timings = dict(plan.timings)
+        self.refusal_probability: float | None = None  # the model's, at its first step (refusal_probability)
 
     def __iter__(self) -> Iterator[str]:
         self.result = yield from self._run()
@@ -84,7 +116,9 @@ class GroundedGeneration:
 
     def _grounding(self, decision: str, reason: str, checks: list[Check], unsupported: list[str]) -> Grounding:
         c = self.plan.confidence
+        doubt = None if self.refusal_probability is None else round(self.refusal_probability, 4)
         return Grounding(decision=decision, reason=reason, confidence=c.to_dict() if c else None,
+                         refusal_probability=doubt,
                          passages=[p.index for p in self.plan.passages],
                          supported=[f.text for ch in checks for f in ch.facts],
                          unsupported=unsupported)
@@ -97,47 +131,22 @@ class GroundedGeneration:
         if plan.refusal is not None:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
+        if plan.direct:
+            for sentence in split_sentences(plan.direct):
+                yield from self._emit(sentence)
+            verifier = Verifier([p.body for p in plan.passages], plan.question)
+            return self._finish("stop", 0, self._grounding(
+                "extractive", "the passages' bound on the amount the question states answers it: their reply and "
+                "sentence are said as they are", [verifier.check(plan.direct)], []))
         verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
-                            plan.missing_topic, plan.unnamed, [f"{p.title}\n{p.body}" for p in plan.passages])
+                            plan.missing_topic, plan.unnamed, [f"{p.title}\n{p.body}" for p in plan.passages],
+                            expected_reply=plan.limit.reply if plan.limit else None, known_name=plan.known_name)
         need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
-        gen = self.llm.generate(plan.prompt_ids, max_new_tokens=plan.max_tokens, sampling=self.sampling,
-                                stop=self.stop, cancel=self.cancel, placed=self._placed(), draft=self.draft)
-        held, released, unsupported = [], [], []
-        verdict, marker = None, ""
-        sentences = _sentences(gen)
-        for sentence in sentences:
-            if is_list_marker(sentence) or is_bare_reply(sentence):
-                marker += sentence  # "1. " or "Yes. " belongs to the sentence after it
-                continue
-            check = verifier.check(marker + sentence)
-            marker = ""
-            if check.refusal:
-                verdict = "model_refused"
-                break
-            if check.empty:
-                continue
-            if check.off_topic:
-                unsupported += check.off_topic
-                verdict = "off_topic"
-                break
-            if not check.ok:
-                unsupported += [f.text for f in check.unsupported]
-                verdict = "unsupported"
-                break
-            held.append(check)
-            if need_number and not states_quantity([f for h in held for f in h.facts]):
-                continue  # a quantity question: hold back until the answer states one
-            for h in held:
-                yield from self._emit(h.text)
-            released += held
-            held = []
-        if verdict:  # left early: the model stops at its next step and reports
-            self.cancel.set()
-            for _ in sentences:
-                pass
+        gen, stop = self._generate(placed=self._placed(), draft=self.draft)
+        draft = yield from self._checked(gen, stop, verifier, need_number)
         result = gen.result
+        self.refusal_probability = refusal_probability(self.llm, result.first_top)
         tokens = result.completion_tokens
-        finish = "stop" if verdict else result.finish_reason
         self._timings["prefill_ms"] = round(result.prefill_s * 1000, 1)
         self._timings["first_token_ms"] = round(result.ttft_s * 1000, 1)
         if self.passage_kv is not None:  # prompt tokens whose kept rows were placed, not prefilled
@@ -145,27 +154,46 @@ class GroundedGeneration:
         if result.drafted_tokens:  # prompt lookup: tokens guessed from the context, and those kept
             self._timings["drafted_tokens"] = result.drafted_tokens
             self._timings["accepted_tokens"] = result.accepted_tokens
+        repaired = False
+        if draft.verdict == "model_refused" and not draft.released and self._repairable():
+            # its best answer other than "I don't know": the prompt is in the cache, so this costs only
+            # the answer's tokens; it stands only if every sentence is the passages' own (Verifier.grounded)
+            again, stop = self._generate(ban_first=refusal_starts(self.llm), draft=self.draft)
+            second = yield from self._checked(again, stop, verifier, need_number, grounded=True)
+            tokens += again.result.completion_tokens
+            if second.released:
+                draft, result, repaired = second, again.result, True
+        released, held, unsupported, verdict = draft.released, draft.held, draft.unsupported, draft.verdict
+        finish = "stop" if verdict else result.finish_reason
         if released:
             released += yield from self._complete(released, verifier)
             reason = "every stated fact is in the passages" + (
-                "; the answer was cut before a sentence the passages do not support" if verdict else "")
+                "; the answer was cut before a sentence the passages do not support" if verdict else
+                f"; {draft.dropped} sentence(s) the passages do not support were left out" if draft.dropped else "") + (
+                "; the model's first reply was \"I don't know\", its next best is the passages' own words"
+                if repaired else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
         # the model's "I don't know" stands unless the passages state what each part asks for, or the
         # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
-        quote = plan.refusal_quote if verdict == "model_refused" else plan.extractive or plan.part_quote
+        # a quote answers for the model only from an entry written as the answer to a question (an FAQ
+        # entry): a document section's best-matching sentence is as often no answer at all
+        authored = plan.extractive if plan.passages and plan.passages[0].faq else ""
+        quote = plan.refusal_quote if verdict == "model_refused" else (
+            plan.limit_answer or authored or plan.part_quote)
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
-                   f"the knowledge base never mentions {', '.join(words.get(t, t) for t in unsupported)}, "
+                   f"the knowledge base never mentions {', '.join(words.get(t, t) for t in draft.off_topic)}, "
                    "which the question asks about")
             yield from self._emit(plan.dont_know())
-            return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
+            return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported + draft.off_topic))
         why = ("the model found no answer, but the passages state what the question asks for"
                if verdict == "model_refused" else
                "the model stated facts the passages do not support" if verdict == "unsupported" else
                "the model's answer stated no number for a quantity question" if held else
                "the model gave no answer")
-        wrong = verifier.quote_fails(quote) if quote else []
+        # a limit's answer holds the user's own amount against the bound: no variant of it
+        wrong = verifier.quote_fails(quote) if quote and quote != plan.limit_answer else []
         if wrong:  # the passages' own words, but about another variant or someone else's number
             why = f"{why}; the passages' sentences for it are about something else ({', '.join(f.text for f in wrong)})"
             quote = ""
@@ -177,13 +205,82 @@ class GroundedGeneration:
         yield from self._emit(plan.dont_know())
         return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
 
+    def _generate(self, **options):
+        """The model's answer to the plan's prompt, stoppable by the caller's cancel and by `_checked`."""
+        stop = _Stop(self.cancel)
+        gen = self.llm.generate(self.plan.prompt_ids, max_new_tokens=self.plan.max_tokens, sampling=self.sampling,
+                                stop=self.stop, cancel=stop, **options)
+        return gen, stop
+
+    def _checked(self, gen, stop, verifier: Verifier, need_number: bool, grounded: bool = False):
+        """Release the model's sentences as they pass the checks (held back for a quantity question until
+        one states a number). A sentence the passages do not support is left out, and so is one after it
+        that speaks of it ("This method ..."); the sentences after a left-out one, and every sentence
+        with `grounded` (a repaired answer), must be made of the passages' words too. The model is
+        stopped at a refusal, a word the KB lacks, or its second unsupported sentence. Returns the `_Draft`."""
+        draft = _Draft()
+        marker = ""
+        sentences = _sentences(gen)
+        for sentence in chain(sentences, [None]):  # None: the end, where a reply still held is checked alone
+            if sentence is None and not marker:
+                break
+            if sentence is not None and (is_list_marker(sentence) or is_bare_reply(sentence)
+                                         or verifier.leans_on_next(sentence)):
+                marker += sentence  # "1. ", "Yes. ", "Yes, you can." belong to the sentence after them
+                continue
+            check = verifier.check(marker + (sentence or ""))
+            marker = ""
+            if check.refusal:
+                draft.verdict = "model_refused"
+                break
+            if check.empty:
+                continue
+            if check.off_topic:
+                draft.off_topic = check.off_topic
+                draft.verdict = "off_topic"
+                break
+            strict = grounded or draft.dropped > 0
+            if (not check.ok or (strict and not verifier.grounded(check.text))
+                    or (draft.dropped and refers_back(check.text))):
+                draft.unsupported += [f.text for f in check.unsupported] or [check.text]
+                draft.dropped += 1
+                if draft.dropped >= MAX_DROPPED:
+                    draft.verdict = "unsupported"
+                    break
+                continue
+            draft.held.append(check)
+            if need_number and not states_quantity([f for h in draft.held for f in h.facts]):
+                continue  # a quantity question: hold back until the answer states one
+            for h in draft.held:
+                yield from self._emit(h.text)
+            draft.released += draft.held
+            draft.held = []
+        if draft.verdict:  # left early: the model stops at its next step and reports
+            stop.set()
+            for _ in sentences:
+                pass
+        elif draft.dropped and not draft.released:
+            draft.verdict = "unsupported"
+        return draft
+
+    def _repairable(self) -> bool:
+        """Whether a refusal is worth a second answer: the first passage is about the question."""
+        plan = self.plan
+        return not self.cancel.is_set() and bool(plan.passages) and on_topic(plan.question, f"{plan.passages[0].title}\n{plan.passages[0].body}")
+
     def _complete(self, released: list[Check], verifier: Verifier):
-        """The parts of a several-part question the model's answer left out, in the passages' words:
-        for each part the answer states nothing of the kind it asks for, its passage sentence."""
+        """What the model's answer left out, in the passages' words: for each part of a several-part
+        question the answer states nothing of the kind it asks for, its passage sentence; for a yes or
+        no about the user's amount, the sentence stating the bound, unless the answer gives its values."""
         answer = " ".join(c.text for c in released)
         added = []
-        for part, sentence in self.plan.supplement:
-            if sentence in answer or _covers(part, answer, sentence) or verifier.quote_fails(sentence):
+        limit = self.plan.limit  # a yes or no is said with the bound it rests on
+        for part, sentence in [*self.plan.supplement, *([(None, limit.bound)] if limit else [])]:
+            if part is None:
+                given = {f.key for f in extract_facts(answer)}
+                if {f.key for f in extract_facts(sentence)} <= given:
+                    continue
+            elif sentence in answer or _covers(part, answer, sentence) or verifier.quote_fails(sentence):
                 continue
             added.append(verifier.check(sentence))
             answer += " " + sentence
@@ -229,6 +326,25 @@ class GroundedGeneration:
                     yield delta.text
         r = gen.result
         return self._finish(r.finish_reason, r.completion_tokens, None)
+
+
+# how the instructed refusal begins, in the languages answers are given in
+_REFUSAL_OPENINGS = ("I don't know", "I'm sorry", "Sorry", "Unfortunately", "我不知道", "抱歉", "对不起", "很抱歉")
+
+
+@functools.cache
+def refusal_starts(llm: LLM) -> frozenset[int]:
+    """The tokens an answer of this model begins a refusal with."""
+    return frozenset(llm.encode(text, bos=False)[0] for text in _REFUSAL_OPENINGS)
+
+
+def refusal_probability(llm: LLM, first_top: tuple[tuple[int, float], ...]) -> float | None:
+    """The probability the model gave to beginning with a refusal, after the passages: its own judgement
+    of whether they answer the question (from the first step's most likely tokens). None: not known."""
+    if not first_top:
+        return None
+    starts = refusal_starts(llm)
+    return sum(math.exp(lp) for token, lp in first_top if token in starts)
 
 
 def _covers(part: str, answer: str, sentence: str) -> bool:

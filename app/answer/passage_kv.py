@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.answer.passages import INSTRUCTIONS, Passage, passage_prompt, with_system
-from app.voice import VOICE_INSTRUCTIONS
+from app.answer.passages import Passage, instructions, passage_prompt, with_system
+from knowledge.profile import AnswerProfile
 from runtime.kv_cache import KVRows
 from runtime.llm import LLM
 
@@ -31,9 +31,9 @@ PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
 MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
 
 
-def _one_question(voice: bool) -> list[dict]:
+def _one_question(profile: AnswerProfile, voice: bool) -> list[dict]:
     """A one-question conversation with the answer instructions of text or of voice answers."""
-    return with_system([{"role": "user", "content": "?"}], [INSTRUCTIONS, VOICE_INSTRUCTIONS] if voice else [INSTRUCTIONS])
+    return with_system([{"role": "user", "content": "?"}], instructions(profile, voice))
 
 
 class PassageKV:
@@ -70,11 +70,11 @@ class PassageKV:
                 self._memory.popitem(last=False)
         return rows
 
-    def warm(self, styles: tuple[bool, ...] = (False, True)) -> None:
-        """Compute (or load) the instructions' rows of text (False) and voice (True) answers now, at
-        start-up, so the first question does not pay for them."""
+    def warm(self, profile: AnswerProfile, styles: tuple[bool, ...] = (False, True)) -> None:
+        """Compute (or load) the instructions' rows of text (False) and voice (True) answers for a KB's
+        profile now, at start-up, so the first question does not pay for them."""
         for voice in styles:
-            prefix = passage_prompt(self.llm, _one_question(voice), []).prefix
+            prefix = passage_prompt(self.llm, _one_question(profile, voice), []).prefix
             if len(prefix) < self.llm.context:  # a model too small for grounded answers has none to keep
                 self.rows([], prefix)
 
@@ -127,9 +127,9 @@ def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[i
     computed and the passages already kept."""
     from tqdm import tqdm
 
-    messages = _one_question(voice)
+    messages = _one_question(kb.profile, voice)
     llm = store.llm
-    store.warm((voice,))
+    store.warm(kb.profile, (voice,))
     before = store.computed, store.loaded
     for hit in tqdm(kb.all_hits(), unit="passage", disable=not progress, desc="passage KV", leave=False):
         built = passage_prompt(llm, messages, [Passage.of(1, hit)])

@@ -13,13 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.answer.relevance import Confidence, coverage, rerank, score
+from app.voice import voice_instructions
+from knowledge.profile import AnswerProfile
 from knowledge.retrieval import Hit
 
-# Answerability on the best passage, calibrated on knowledge/samples/eval_questions.jsonl (104
-# answerable, 16 unanswerable; the answer questions are held out): no answerable question falls
-# below these, and 9 of the 16 unanswerable ones do. Retrieval alone cannot refuse the rest (a
-# question about the sunroof still matches the charge-port flap); the model's own "I don't know"
-# and the fact check carry them.
+# Answerability on the best passage, the defaults of a KB's profile: set on the sample car KB's
+# eval_questions.jsonl (no answerable question of 104 below them, 9 of 16 unanswerable ones below),
+# and low for any KB: on the development splits of the three answer-eval domains (knowledge/samples/
+# evals, 2026-12-04) the lowest answerable question scored 0.44 / 9.5, while on the two documentation
+# KBs unanswerable ones scored up to 0.93 (a question about a config key the docs never name matches
+# the config page well). Retrieval alone cannot refuse those; the model's own "I don't know" and the
+# fact and identifier checks carry them.
 MIN_CONFIDENCE = 0.30  # cosine + 0.2 x term coverage, for questions the embedder reads
 MIN_BM25 = 5.8  # BM25 of the best passage, for questions it cannot read (Chinese with MiniLM)
 COVERAGE_WEIGHT = 0.2
@@ -29,12 +33,18 @@ BUDGET_MARGIN, BUDGET_SHARE = 0.08, 0.75
 FAQ_LEAD, FAQ_LEAD_SHARE = 0.05, 0.8
 MAX_PASSAGES = 3
 
-INSTRUCTIONS = (
-    "You are a car's built-in assistant. Answer the driver's question in one or two short, complete sentences, "
-    "using only the facts in the passages. Write numbers, units, phone numbers and menu names exactly as the "
-    "passages write them. Do not mention the passages. If the passages do not contain the answer, reply only: "
-    "I don't know. Answer in the language of the question."
-)
+
+
+def instructions(profile: AnswerProfile, voice: bool = False) -> list[str]:
+    """The answer instructions (the system turn) for a KB's profile: who the assistant is and whom it
+    answers come from the profile; what makes an answer grounded is the same for every KB."""
+    grounded = (f"{profile.assistant} Answer {profile.user}'s question in one or two short, complete sentences, "
+                "using only the facts in the passages. Write numbers, units, names, commands and settings exactly as "
+                "the passages write them. Do not mention the passages. If the passages do not contain the answer, "
+                "reply only: I don't know. Answer in the language of the question.")
+    return [grounded, voice_instructions(profile)] if voice else [grounded]
+
+
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -66,16 +76,18 @@ class Passage:
         return f"Passage {self.index} ({head}):\n{self.body}"
 
 
-def confidence(question: str, best: Hit, readable: bool) -> Confidence:
-    cov = coverage(question, best.text)
+def confidence(question: str, best: Hit, readable: bool, ignore: set[str] = frozenset()) -> Confidence:
+    cov = coverage(question, best.text, ignore)
     if readable:
         dense = best.scores.get("dense", 0.0)
         return Confidence(dense, cov, dense + COVERAGE_WEIGHT * cov)
     return Confidence(None, cov, best.scores.get("bm25", 0.0))
 
 
-def confident(c: Confidence) -> bool:
-    return c.value >= (MIN_CONFIDENCE if c.dense is not None else MIN_BM25)
+def confident(c: Confidence, profile: AnswerProfile = AnswerProfile()) -> bool:
+    if c.dense is not None:
+        return c.value >= (MIN_CONFIDENCE if profile.min_confidence is None else profile.min_confidence)
+    return c.value >= (MIN_BM25 if profile.min_bm25 is None else profile.min_bm25)
 
 
 def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES,
@@ -111,11 +123,13 @@ def with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
     return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
 
 
-def with_passages(messages: list[dict], passages: list[Passage]) -> list[dict]:
-    """Instructions as the system turn, the passages beside the last question."""
+def with_passages(messages: list[dict], passages: list[Passage], note: str = "") -> list[dict]:
+    """Instructions as the system turn, the passages beside the last question; `note`: what the host
+    worked out for the model (limits.comparison_note), after the question."""
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")
     block = "\n\n".join(p.render() for p in passages)
-    turn = {"role": "user", "content": f"{block}\n\nQuestion: {messages[last]['content']}"}
+    told = f"\n({note})" if note else ""
+    turn = {"role": "user", "content": f"{block}\n\nQuestion: {messages[last]['content']}{told}"}
     return messages[:last] + [turn] + messages[last + 1:]
 
 
@@ -132,12 +146,12 @@ class PassagePrompt:
 _SLOT = "\ue000"  # a private-use character marks where the user turn's content goes
 
 
-def passage_prompt(llm, messages: list[dict], passages: list[Passage]) -> PassagePrompt:
+def passage_prompt(llm, messages: list[dict], passages: list[Passage], note: str = "") -> PassagePrompt:
     """The `with_passages` prompt of `messages` (system turn already in place) encoded whole, as
     before, with the spans read from the tokens' character offsets: a token crossing a passage's
     edge (Qwen's ".\n\n" is one) belongs to no span and is prefilled."""
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    text = llm.chat_prompt(with_passages(messages, passages))
+    text = llm.chat_prompt(with_passages(messages, passages, note))
     head = llm.chat_prompt(messages[:last] + [{"role": "user", "content": _SLOT}] + messages[last + 1:]).split(_SLOT)[0]
     ids = llm.encode(text)
     encoding = llm.tokenizer.encode(text, add_special_tokens=False)

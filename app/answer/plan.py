@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
-from app.answer.passages import (INSTRUCTIONS, Passage, confidence, confident, language, passage_prompt, select,
+from app.answer.passages import (Passage, confidence, confident, instructions, language, passage_prompt, select,
                                  with_system)
-from app.answer.question import ASKING, answers_kind, asks_phone, asks_yes_no, incidental, meant, on_topic, parts
+from app.answer.limits import Limit, comparison_note, judge_limit
+from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
+                                 meant, on_topic, parts)
 from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import join_sentences, strip_markdown
-from app.schemas import ChatRequest, Citation
-from app.voice import VOICE_INSTRUCTIONS, VOICE_MAX_TOKENS
+from app.answer.types import AnswerRequest, Citation
+from app.voice import VOICE_MAX_TOKENS, voice_instructions
+from knowledge.profile import AnswerProfile
 from knowledge.retrieval import MAX_UNKNOWN_SHARE
 from runtime.errors import ContextOverflowError
 from runtime.llm import LLM
@@ -55,6 +59,7 @@ class AnswerPlan:
     confidence: Confidence | None = None
     extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
     refusal: str | None = None  # set when the answer is "I don't know" without asking the model
+    direct: str = ""  # set when the passages' own words answer without asking the model (limits.Limit.alone)
     missing_topic: set[str] = field(default_factory=set)  # the question's topic, when the whole KB never names it
     unnamed: set[str] = field(default_factory=set)  # every topic word of the question the whole KB never names
     # for a question asking several things: (part, a passage sentence answering it), said after the
@@ -64,6 +69,9 @@ class AnswerPlan:
     # the supplement's sentences when they answer every part that asks for a kind of value: what is
     # said when the model finds no answer ("how fast and how far?" has its sentence for each)
     part_quote: str = ""
+    note: str = ""  # what the prompt tells the model beside the question (limits.comparison_note)
+    limit: Limit | None = None  # the reply the passages' bound gives a question about the user's amount
+    known_name: Callable[[str], bool] = lambda name: False  # whether the KB writes a name anywhere
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -76,6 +84,15 @@ class AnswerPlan:
         return (DONT_KNOW_VOICE if self.voice else DONT_KNOW)[self.lang]
 
     @property
+    def needs_model(self) -> bool:
+        return self.refusal is None and not self.direct
+
+    @property
+    def limit_answer(self) -> str:
+        """The reply the passages' bound gives, with their sentence stating it ("" when none does)."""
+        return self.limit.answer(self.question, self.lang) if self.limit else ""
+
+    @property
     def refusal_quote(self) -> str:
         """What is said when the model finds no answer: the sentence for each part of the question, or
         for a yes-or-no question with one entry leading clearly, that entry's quote: "between 60 and
@@ -84,16 +101,7 @@ class AnswerPlan:
         question: on BM25 alone the airbag entry's "一直亮着" led "刹车警告灯一直亮着还能继续开吗？"."""
         read = self.confidence is not None and self.confidence.dense is not None
         one_entry = read and len(self.passages) == 1 and asks_yes_no(self.question)
-        return self.part_quote or (self.extractive if one_entry else "")
-
-
-def _messages(req: ChatRequest) -> list[dict]:
-    out = []
-    for m in req.messages:
-        if m.role == "tool":
-            continue  # no tool calling: tool results are not part of our prompts
-        out.append({"role": "system" if m.role == "developer" else m.role, "content": m.text()})
-    return out
+        return self.limit_answer or self.part_quote or (self.extractive if one_entry else "")
 
 
 def retrieval_query(messages: list[dict]) -> str:
@@ -127,16 +135,17 @@ def _fit(llm: LLM, kb, asked: list[str], hits, budget: int) -> list[Passage]:
     return passages
 
 
-def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default_k: int,
+def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, default_k: int,
                 default_min_score: float | None) -> AnswerPlan:
     """Retrieval, the refusal gate and the prompt. `kb` is a KnowledgeBase (or None: a plain chat)."""
     started = time.perf_counter()
-    messages = _messages(req)
+    messages = [{"role": t.role, "content": t.content} for t in req.turns]
     question = meant(next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
-    max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    max_tokens = req.max_tokens or default_max_tokens
     if req.voice:
         max_tokens = min(max_tokens, VOICE_MAX_TOKENS)
-    voice = [VOICE_INSTRUCTIONS] if req.voice else []
+    profile = kb.profile if kb is not None else AnswerProfile()
+    voice = [voice_instructions(profile)] if req.voice else []
     plan = AnswerPlan(question, language(question), req.voice, grounded=bool(req.rag and kb is not None))
 
     def done() -> AnswerPlan:
@@ -150,32 +159,36 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         plan.prompt_ids, plan.max_tokens = base_ids, min(max_tokens, llm.context - len(base_ids))
         return done()
 
-    opts = req.knowledge
+    opts = req.retrieval
+    k = opts.k or default_k
     query = retrieval_query(messages)
-    hits = kb.search(query, k=max(CANDIDATES, opts.k if opts else default_k), mode=opts.mode if opts else "hybrid",
-                     min_score=opts.min_score if opts and opts.min_score is not None else default_min_score,
-                     sources=opts.sources if opts else None)
+    hits = kb.search(query, k=max(CANDIDATES, k), mode=opts.mode,
+                     min_score=opts.min_score if opts.min_score is not None else default_min_score,
+                     sources=opts.sources)
     readable = kb.unknown_share(query) <= MAX_UNKNOWN_SHARE if hits and kb.embedder is not None else False
-    chosen = select(hits, readable, limit=min(opts.k if opts else default_k, CANDIDATES),
+    chosen = select(hits, readable, limit=min(k, CANDIDATES),
                     states_wanted=_states_phone if asks_phone(question) else None)
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
     if not chosen:
         plan.refusal = "no passage passed the relevance threshold"
         return done()
-    plan.confidence = confidence(query, chosen[0], readable)
-    if not confident(plan.confidence):
+    ignore = terms(" ".join(profile.stop_words))  # words every question of this KB may use
+    plan.confidence = confidence(query, chosen[0], readable, ignore)
+    plan.known_name = partial(_written_in_kb, kb)
+    if not confident(plan.confidence, profile):
         plan.refusal = f"retrieval confidence {plan.confidence.value:.3f} is below the answerability threshold"
         return done()
 
     room = min(max_tokens, llm.context // 4)  # the answer's share of the context
-    budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(INSTRUCTIONS))
+    told = instructions(profile, req.voice)
+    budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(told[0]))
     asked = parts(question)
     plan.passages = _fit(llm, kb, asked, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
     words = content_words(question)
-    topic = _topic_words(question)
+    topic = _topic_words(question, ignore)
     places = _places(kb, topic)
     unknown = _unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, question)
     # the words the KB lacks are the question's topic when they are a third of its words or more
@@ -199,7 +212,14 @@ def plan_answer(req: ChatRequest, llm: LLM, kb, default_max_tokens: int, default
         kinds = [part for part in asked if not answers_kind(part, "")]
         if kinds and len(plan.supplement) == len(kinds) and not plan.missing_topic:
             plan.part_quote = join_sentences(list(dict.fromkeys(s for _, s in plan.supplement)))
-    built = passage_prompt(llm, with_system(messages, [INSTRUCTIONS, *voice]), plan.passages)
+    # a yes-or-no question stating the user's own quantity: the numbers compared for the model and,
+    # where the passages bound it, the reply they give
+    if asks_yes_no_somewhere(question):
+        bodies = [p.body for p in plan.passages]
+        plan.note, plan.limit = comparison_note(question, bodies, plan.lang), judge_limit(question, bodies)
+        if plan.limit and plan.limit.alone:  # "can I tow 1,800 kg?": the bound's reply and sentence, as they are
+            plan.direct = plan.limit_answer
+    built = passage_prompt(llm, with_system(messages, told), plan.passages, plan.note)
     plan.prompt_ids, plan.passage_spans, plan.kv_prefix = built.ids, built.spans, built.prefix
     if len(plan.prompt_ids) >= llm.context:
         raise ContextOverflowError(len(plan.prompt_ids), llm.context)
@@ -224,16 +244,21 @@ def _supplement(question: str, asked: list[str], passages: list[Passage], simila
     return out
 
 
+def _written_in_kb(kb, name: str) -> bool:
+    """Whether any chunk of the KB writes `name` (its best lexical hits are read)."""
+    return any(name.lower() in h.text.lower() for h in kb.search(name, k=_FEW, mode="bm25"))
+
+
 def _states_phone(hit) -> bool:
     return states_phone(extract_facts(hit.text))
 
 
-def _topic_words(question: str) -> dict[str, str]:
+def _topic_words(question: str, ignore: set[str] = frozenset()) -> dict[str, str]:
     """The question's topic words (term -> word; Chinese nouns only), less the driver's own numbers ("can I
     tow 2000 kg?" asks about towing), words that say what kind of answer is wanted ("the lowest charge
     limit") and the driver's chatter (`incidental`)."""
     return {t: word for t, word in content_words(question, topic_only=True).items()
-            if t not in ASKING and not incidental(word) and not t.isdigit()}
+            if t not in ASKING and t not in ignore and not incidental(word) and not t.isdigit()}
 
 
 def _places(kb, words: dict[str, str]) -> dict[str, int]:

@@ -41,11 +41,12 @@ def meant(question: str) -> str:
     return question
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
 # a question ends at "?"; a second one may follow a comma and "and" ("how fast, and how far ...?")
 _QUESTION_END = re.compile(r"(?<=[?？])\s*")
 _WH = r"what|what's|how|where|which|when|who|why|is|are|does|do|can|should|will|at what"
 _AND_ASKS = re.compile(rf",?\s+(?:and|or|oh and|also)\s+(?=(?:{_WH})\b)", re.I)
-_ASKS = re.compile(rf"[?？]|\b(?:{_WH})\b|吗|呢|多少|多久|几|什么|怎么|哪", re.I)
+ASKS = re.compile(rf"[?？]|\b(?:{_WH})\b|吗|呢|多少|多久|几|什么|怎么|哪", re.I)
 
 
 _YES_NO = re.compile(r"^\W*(?:does|do|did|is|are|was|were|can|could|will|would|should|has|have|may|must)\b|吗\W*$",
@@ -57,13 +58,19 @@ def asks_yes_no(question: str) -> bool:
     return bool(_YES_NO.search(question.strip()))
 
 
+def asks_yes_no_somewhere(question: str) -> bool:
+    """Whether any of the questions asked in one breath is a yes-or-no one: "Got a puncture and sealed it.
+    Can I make it there, and how fast may I go?"."""
+    return any(asks_yes_no(part) for sentence in _SENTENCE_END.split(question) for part in parts(sentence))
+
+
 def parts(question: str) -> list[str]:
     """The questions a driver asks in one breath, in order: "How far can I drive on it now and how
     fast?" asks two things, and an answer that states one of them is half an answer. A sentence
     that asks nothing ("I'm just pottering through town.") is context, not a part."""
     out = []
     for sentence in _QUESTION_END.split(question):
-        out += [p.strip() for p in _AND_ASKS.split(sentence) if p.strip() and _ASKS.search(p)]
+        out += [p.strip() for p in _AND_ASKS.split(sentence) if p.strip() and ASKS.search(p)]
     return out or [question]
 
 
@@ -86,17 +93,16 @@ ASKING = terms("number phone call ring dial capacity amount size value maximum m
                "slowest longest shortest biggest smallest largest heaviest lightest earliest latest furthest")
 
 
-# how a driver talks, and their own slips and moods: words no KB entry is about ("how low can I set the max
-# charge thing?", "if I pressed it by mistake", "will it run forever if I forget?")
-_CHATTER = terms("actual thing stuff kind sort bit lot think guess reckon wonder suppose mate guy forget forgot "
-                 "forever mistake accident hurry worry worried bother")
+# English's vague words: how anyone talks around what they mean ("how low can I set the max charge thing?",
+# "I guess", "a bit"), in any domain; a KB lacking them lacks no topic
+_VAGUE = terms("actual thing stuff kind sort bit lot think guess reckon wonder suppose")
 
 
 def incidental(word: str) -> bool:
-    """Whether a question's word names nothing a KB could lack: chatter (`_CHATTER`), a manner adverb
+    """Whether a question's word names nothing a KB could lack: a vague word (`_VAGUE`), a manner adverb
     ("actually", "roughly", "honestly") or a unit, which the KB may spell otherwise ("kilometres" for km)."""
     stems = terms(word)
-    return (word.isascii() and word.endswith("ly")) or word in UNIT_WORDS or bool(stems) and stems <= _CHATTER
+    return (word.isascii() and word.endswith("ly")) or word in UNIT_WORDS or bool(stems) and stems <= _VAGUE
 
 
 _PHONE_WORDS = ASKING | {"电话", "号码", "电话号码", "热线", "多少"}
@@ -141,18 +147,20 @@ def wanted_units(question: str) -> set[str]:
     return set().union(*(units for pattern, units in _IMPLIED_UNITS if pattern.search(question)))
 
 
-# what a question rules out: "when I'm not in Eco mode", "if it's not plugged in", "outside Eco mode",
-# "不在经济模式的时候". A value the passages give for that condition answers some other question: Eco's
-# 130 km/h is not the car's top speed, and the towing limit not the limit without a trailer.
+# what a question rules out: "when I'm not in Eco mode", "if it's not plugged in", "outside the Eco mode",
+# "other than X", "不在经济模式的时候". A value the passages give for that condition answers some other question.
 _ARTICLE = r"(?:the\s+|a\s+|an\s+|my\s+)?"
 _RULED_OUT = (
     # a mode or a state ("not in Eco", "not towing", "not plugged in"), not an action left undone: "what if
     # I do not fasten the belt?" asks about the belt
     re.compile(rf"\b(?:when|while|if|whenever)\b[^,.;?]{{0,24}}?(?:\bnot|n't)\s+(?:(?:in|on|using|with)\s+"
                rf"{_ARTICLE}(?P<x>[a-z][\w-]*)|(?P<y>[a-z]+(?:ing|ed))\b)", re.I),
-    re.compile(rf"\boutside(?:\s+of)?\s+{_ARTICLE}(?P<x>[a-z][\w-]*)\s+mode\b", re.I),
-    re.compile(rf"\b(?:other\s+than|apart\s+from|except(?:\s+in|\s+on|\s+for)?)\s+{_ARTICLE}(?P<x>[a-z][\w-]*)", re.I),
-    re.compile(r"(?:不在|没在|不开|没开|不用|除了)(?P<x>[\u4e00-\u9fff]{1,6}?)(?:模式|档)"),
+    re.compile(r"\b(?:other\s+than|apart\s+from|except(?:\s+in|\s+on|\s+for)?)\s+(?:the\s+|a\s+|an\s+|my\s+)?"
+               r"(?P<x>[a-z][\w-]*)", re.I),
+    # "outside" rules out what follows it as a place or a named state ("outside the city", "outside Eco"), not
+    # as an adjective ("the outside temperature")
+    re.compile(r"\b[Oo]utside(?:\s+of)?\s+(?:(?:the|a|an|my)\s+(?P<x>[a-z][\w-]*)|(?P<y>[A-Z][\w-]*))"),
+    re.compile(r"(?:不在|没在|不开|没开|不用|除了)(?P<x>[\u4e00-\u9fff]{1,6}?)(?:的时候|时|以外|之外|模式|状态)"),
 )
 
 

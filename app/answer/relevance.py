@@ -30,7 +30,7 @@ here what which who whom whose when where why how can could should would will sh
 up down out off over under again then than so too very just also any all some much many more most other such
 only own same few each both get got gets go goes going make made let lets please tell know need want like
 i'm i've it's what's how's there's don't doesn't can't isn't won't aren't he's she's they're we're you're
-i'll he'll she'll we'll they'll you'll okay instead car aurora ev vehicle""".split())
+i'll he'll she'll we'll they'll you'll okay instead""".split())
 # Chinese function words and question particles: no evidence of a topic
 _ZH_STOP = set("什么 怎么 怎样 多少 多久 多长 几个 哪个 哪里 为什么 是不是 可以 能不能 应该 需要 一下 时候 我的 这个 那个 "
                "的是 了吗 是多 么办 怎么办 吗 呢 吧 啊".split())
@@ -48,12 +48,13 @@ def rerank(hits: list[Hit], query_readable: bool) -> list[Hit]:
 
 _SUFFIX = re.compile(r"(?<=[a-z]{3})ing$|(?<=[a-z]{4})ed$|(?<=[a-z]{3})(?<!s)s$")
 _FINAL_E = re.compile(r"(?<=[a-z]{3})e$")
+_POSSESSIVE = re.compile(r"['’]s$")
 
 
 def _stem(word: str) -> str:
-    """The first five letters after an inflection and a final e: "loaded" is "load", "brakes" and
-    "braked" "brak", "charging" "charg", "towing" "tow"."""
-    return _FINAL_E.sub("", _SUFFIX.sub("", word))[:5]
+    """The first five letters after a possessive, an inflection and a final e: "loaded" is "load",
+    "brakes" and "braked" "brak", "charging" "charg", "towing" "tow", "car's" "car"."""
+    return _FINAL_E.sub("", _SUFFIX.sub("", _POSSESSIVE.sub("", word)))[:5]
 
 
 def _english_terms(text: str) -> dict[str, str]:
@@ -101,9 +102,10 @@ def content_words(text: str, topic_only: bool = False) -> dict[str, str]:
     return out
 
 
-def coverage(question: str, passage: str) -> float:
-    """Share of the question's content terms found in the passage (1.0 for a question without any)."""
-    wanted = terms(question)
+def coverage(question: str, passage: str, ignore: set[str] = frozenset()) -> float:
+    """Share of the question's content terms found in the passage (1.0 for a question without any);
+    `ignore`: terms that say nothing in this KB (its profile's stop words)."""
+    wanted = terms(question) - ignore
     if not wanted:
         return 1.0
     found = terms(passage)

@@ -27,10 +27,13 @@ Refusals are recognised here too, so a model that says it does not know is taken
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.answer.bounds import NEGATION, UPPER, bounds
+from app.answer.bounds import NEGATION, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
+from app.answer.identifiers import identifiers
+from app.answer.identifiers import stated as written_in
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
 from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out, unit_of
@@ -69,19 +72,15 @@ _REPLY = re.compile(r"^\s*(?:the\s+answer(?:\s+to\s+(?:this|your|the)\s+question
                     r"[，,。！!]\s*)", re.I)
 
 
+# the share of a sentence's own words that must be the passages' for Verifier.grounded: a lexical support
+# measure (most of what it says is written there), the same for every KB
+MIN_GROUNDED = 0.6
 _PRONOUN = re.compile(r"\s*(?:it|its|they|their|this|these|those|he|she)\b|\s*(?:它|其|这|该)", re.I)
 # "Can I tow 2,000 kg?": a yes says the driver's number is within what the passages allow
 _YES = re.compile(r"yes|是的|是|对|可以|能|会|需要|没错", re.I)
-_WITHIN = re.compile(r"^\s*(?:can|could|may|am\s+i\s+allowed|is\s+it\s+(?:ok|okay|safe|possible|fine)|will|would|"
-                     r"does|do|is|are)\b|可以|能不能|能", re.I)
 # a threshold told from its other side: "up to 10 minutes before the parking brake takes over"
 _OTHER_SIDE = re.compile(r"\b(?:before|until|till|then|after\s+(?:which|that)|beyond\s+that|otherwise)\b|"
                          r"之前|以前|之后|然后|否则", re.I)
-# "is 2,000 kg too much?", "is it over the limit?": a yes says the number is beyond it
-_BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b|太|超|低于|高于",
-                     re.I)
-
-
 @dataclass
 class _Source:
     index: FactIndex
@@ -98,13 +97,19 @@ class _Source:
 
 class Verifier:
     def __init__(self, passages: list[str], question: str = "", unknown: set[str] = frozenset(),
-                 unnamed: set[str] = frozenset(), documents: list[str] = ()):
+                 unnamed: set[str] = frozenset(), documents: list[str] = (), expected_reply: str | None = None,
+                 known_name: Callable[[str], bool] = lambda name: False):
         """`unknown`: terms of the question the knowledge base never uses ("sunroof" in a KB without
         one) that are its topic; an answer that uses them anyway is the model bending a passage to
         the question. `unnamed`: every such term, the topic or not; a number said about one has no
         source ("the roof takes 75 kg" from the tow ball's 75 kg). `documents`: each passage whole
-        (title and body), which a phone number's owner is read from."""
+        (title and body), which a phone number's owner is read from. `expected_reply`: "yes" or "no" when
+        the passages' bound decides a question about the user's own amount (limits.judge_limit).
+        `known_name(name)`: whether the knowledge base writes a capitalised name anywhere."""
         self.index = FactIndex.of([*passages, question])
+        # where an identifier may come from: the passages, or the question that names it
+        self.written = "\n".join([*passages, question])
+        self.known_name = known_name
         # a control or menu item must exist in the passages: the driver naming one does not make it real
         self.names = FactIndex.of(passages)
         self.missing = set(unknown)
@@ -142,7 +147,8 @@ class Verifier:
         # must have been stated for ("a full charge takes 11 hours" is not 20 to 80 percent)
         units = [k.split(" ", 1)[1] for k in self.qualifiers if " " in k]
         self.spans = [{k for k in self.qualifiers if k.endswith(" " + u)} for u in set(units) if units.count(u) > 1]
-        self.within = bool(_WITHIN.search(question)) and not _BEYOND.search(without_facts(question))
+        # the reply the passages' bound gives a question about the user's own amount (limits.judge_limit)
+        self.expected_reply = expected_reply
         self.passage_terms = set().union(*(s.terms for s in said))
         # each step from one menu item to the next that a passage gives
         self.steps = [(a, b) for text in passages for path in menu_paths(text) for a, b in zip(path, path[1:])]
@@ -174,6 +180,9 @@ class Verifier:
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
                             and f.key not in self.drivers_numbers]
         unsupported += self._steps_of_no_passage(sentence)
+        # a product or tool the KB names anywhere is no invention, though this passage does not name it
+        unsupported += [f for f in identifiers(sentence) if not written_in(f, self.written)
+                        and not (f.kind == "proper" and self.known_name(f.text))]
         stated = places(sentence)
         about = own - set().union(*(p.key for p in stated))
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated if not self._placed(p, about)]
@@ -190,11 +199,30 @@ class Verifier:
         # the driver's own number repeated ("Yes, you can tow 800 kg") is no fact a reply may rest on
         theirs = all(f.key in self.drivers_numbers for f in facts)
         said_yes = bool(reply) and bool(_YES.fullmatch(answered))
-        if reply and ((theirs and not stated and not said_no and not self._adds(rest))
-                      or (said_yes and not self._affirmed(rest))
-                      or self._reply_against_a_limit(answered, facts, sides)):
+        if self.expected_reply is not None and reply:  # the passages' limit decides the reply
+            if self._reply_against_the_limit(answered):
+                unsupported.append(Fact("reply", answered, sentence.strip()))
+        elif reply and ((theirs and not stated and not said_no and not self._adds(rest))
+                        or (said_yes and not self._affirmed(rest))):
             unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
+
+    def grounded(self, sentence: str) -> bool:
+        """Whether a sentence is made of the passages' words and speaks of the question: it shares a term
+        with the question, and at least MIN_GROUNDED of its own words (its facts and the question's words
+        aside) are the passages'. What an answer must be when the model's first reply was "I don't know"."""
+        own = terms(without_facts(sentence))
+        if not own & self.question_terms:
+            return False
+        rest = own - self.question_terms
+        return not rest or len(rest & self.passage_terms) >= MIN_GROUNDED * len(rest)
+
+    def leans_on_next(self, sentence: str) -> bool:
+        """A reply that only restates the question ("Yes, you can make it there."): what it rests on is
+        in the sentence after it, so the two are checked together."""
+        reply = _REPLY.match(sentence)
+        rest = sentence[reply.end():] if reply else ""
+        return bool(reply) and not extract_facts(rest) and not self._adds(rest)
 
     def _supported(self, fact: Fact) -> bool:
         return (self.names if fact.kind in ("name", "menu") else self.index).supports(fact)
@@ -322,28 +350,12 @@ class Verifier:
         """The passage sentences that state a fact."""
         return [s for s in self.passage_sentences if s.index.supports(fact)]
 
-    def _reply_against_a_limit(self, reply: str, facts: list[Fact], sides: dict) -> bool:
-        """A yes or no to "can I tow 2,000 kg?" that the limit it cites contradicts: "Yes, you can tow
-        up to 1,500 kg." The driver's number (one no passage states) is held against each of the
-        sentence's passage values in its unit, bounded as the sentence or else its sources bound it."""
-        if not reply or not self.within:
+    def _reply_against_the_limit(self, reply: str) -> bool:
+        """A yes or no to "can I tow 2,000 kg?" that the passages' bound contradicts: "Yes, you can tow
+        up to 1,500 kg." (`expected_reply`: the reply the bound gives, when it gives one)."""
+        if not reply or self.expected_reply is None:
             return False
-        yes = bool(_YES.fullmatch(reply))
-        for f in facts:
-            if not self._passage_value(f):
-                continue
-            side = sides.get(f.key, set()) - {None}
-            if len(side) != 1:
-                side = self._sources_sides(f) - {None}
-            if len(side) != 1:
-                continue
-            limit, unit = float(f.value), unit_of(f)
-            for asked in self.drivers_numbers:
-                if asked.endswith(" " + unit) and not self.names.supports(Fact("number", asked, asked)):
-                    value = float(asked.split(" ", 1)[0])
-                    if (value <= limit if side == {UPPER} else value >= limit) is not yes:
-                        return True
-        return False
+        return ("yes" if _YES.fullmatch(reply) else "no") != self.expected_reply
 
     def _passage_value(self, fact: Fact) -> bool:
         """A number with a unit that the driver did not say: a value the answer takes from the passages."""
@@ -381,7 +393,8 @@ class Verifier:
         floor" does not put the fuse box there."""
         wanted = about | self.question_terms
         # the place as the sentence writes it: a menu path's words ("在中控屏上打开“设置”→…") are not in s.terms
-        return any(place.key <= terms(s.text) and (s.asked or (s.terms - place.key) & wanted)
+        # a stem's longer or shorter spelling names it too: the driver's "dash" is the dashboard
+        return any(all(_shares_stem(terms(s.text), t) for t in place.key) and (s.asked or (s.terms - place.key) & wanted)
                    for s in self.place_sources)
 
     def _affirmed(self, rest: str) -> bool:
@@ -413,6 +426,11 @@ def _denied(text: str) -> set[str] | None:
     """The terms a text denies, after its first negation; None when it denies nothing."""
     m = NEGATION.search(text)
     return terms(without_facts(text[m.end():])) if m else None
+
+
+def refers_back(sentence: str) -> bool:
+    """A sentence that opens by pointing at the one before ("This method ...", "It ...", "这样 ...")."""
+    return bool(_PRONOUN.match(sentence))
 
 
 def is_bare_reply(sentence: str) -> bool:

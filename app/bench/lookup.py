@@ -68,14 +68,11 @@ def lead_shift(llm, prompts: list[list[int]], steps: int = 40) -> dict:
 def measure(assistant, questions: list[str], widths: list[int]) -> dict:
     """Both measurements on the assistant's LLM, the rounding over its prompts for `questions`
     (questions it refuses before generating are skipped)."""
-    from app.answer.pipeline import plan_answer
-    from app.schemas import ChatRequest
+    from app.answer.types import AnswerRequest
 
-    s, kb = assistant.settings, assistant.kb
     prompts = []
     for q in questions:
-        plan = plan_answer(ChatRequest(messages=[{"role": "user", "content": q}]), assistant.llm, kb,
-                           s.default_max_tokens, s.rag_k, s.rag_min_score)
+        plan = assistant.engine.plan(AnswerRequest.ask(q))
         if plan.prompt_ids:
             prompts.append(plan.prompt_ids)
     return {"model": assistant.llm.name, "check_ms": check_cost(assistant.llm, widths),

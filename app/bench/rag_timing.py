@@ -51,10 +51,10 @@ def _timed(fn):
 
 def rag_ttft(assistant, question: str = TYPICAL_QUESTION, repeats: int = 3) -> dict:
     from app.answer.pipeline import plan_answer
-    from app.schemas import ChatRequest
+    from app.answer.types import AnswerRequest
 
     s, kb, llm = assistant.settings, assistant.kb, assistant.llm
-    req = ChatRequest(messages=[{"role": "user", "content": question}])
+    req = AnswerRequest.ask(question)
     stages: dict[str, list[float]] = {"embed_ms": [], "search_ms": [], "prompt_ms": [], "prefill_ms": []}
     prompt_tokens = passages = 0
     for _ in range(repeats):

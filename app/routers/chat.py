@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from app.accelerator import Reservation
-from app.answer.pipeline import AnswerPlan, AnswerResult, GroundedGeneration, plan_answer
+from app.answer.pipeline import AnswerPlan, AnswerResult
+from app.answer.types import AnswerRequest, RetrievalOptions, Turn
 from app.deps import Ready, check_api_key
 from app.errors import APIError, as_api_error
 from app.openapi import errors_doc
@@ -37,11 +38,14 @@ def _sampling(req: ChatRequest, default_penalty: float) -> SamplingParams:
         raise APIError(400, str(e), "invalid_request") from None
 
 
-def _kb(state: AppState):
-    kb = state.kb
-    if kb is None or kb.stats().get("chunks", 0) == 0:
-        return None  # no knowledge: a plain chat
-    return kb
+def answer_request(req: ChatRequest) -> AnswerRequest:
+    """The chat request as the answer layer takes it: tool results are no part of its prompts (no tool
+    calling), a developer message is a system one."""
+    turns = [Turn("system" if m.role == "developer" else m.role, m.text()) for m in req.messages if m.role != "tool"]
+    k = req.knowledge
+    retrieval = RetrievalOptions(k.k, k.mode, k.min_score, k.sources) if k else RetrievalOptions()
+    return AnswerRequest(turns, voice=req.voice, rag=req.rag, retrieval=retrieval,
+                         max_tokens=req.max_completion_tokens or req.max_tokens)
 
 
 class _Completion:
@@ -93,17 +97,13 @@ async def chat_completions(req: ChatRequest, state: Ready, request: Request):
         raise APIError(404, f"The model '{req.model}' does not exist; see GET /v1/models", "model_not_found",
                        param="model")
     req.voice = req.voice or req.model == VOICE_MODEL
-    s = state.settings
+    s, engine = state.settings, state.engine
     sampling = _sampling(req, s.default_repetition_penalty)
-
-    def plan() -> AnswerPlan:  # off the event loop: the KB's counts are SQLite reads
-        return plan_answer(req, state.llm, _kb(state) if req.rag else None, s.default_max_tokens, s.rag_k,
-                           s.rag_min_score)
-
-    plan = await run_in_threadpool(plan)
+    # off the event loop: the KB's counts are SQLite reads
+    plan = await run_in_threadpool(engine.plan, answer_request(req))
     completion = _Completion(req.model, plan)
-    if plan.refusal is not None:  # "I don't know" needs no model: never queue it behind a generation
-        gen = GroundedGeneration(state.llm, plan, sampling)
+    if not plan.needs_model:  # "I don't know" or the passages' own words: never queued behind a generation
+        gen = engine.generation(plan, sampling)
         pieces = list(gen)
         if req.stream:
             return StreamingResponse(_sse(completion, _replay([*pieces, gen.result]), None, False),
@@ -111,8 +111,7 @@ async def chat_completions(req: ChatRequest, state: Ready, request: Request):
         return JSONResponse(completion.response(gen.result))
 
     def start(cancel):
-        return GroundedGeneration(state.llm, plan, sampling, stop=req.stop, cancel=cancel, passage_kv=state.passage_kv,
-                                  prompt_lookup=s.prompt_lookup)
+        return engine.generation(plan, sampling, stop=req.stop, cancel=cancel)
 
     if not req.stream:
         return await _unless_disconnected(request, _complete(state, completion, start))

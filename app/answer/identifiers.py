@@ -1,0 +1,80 @@
+"""Names that carry no number but are facts all the same: what a reader types or looks for.
+
+A documentation KB's answers name configuration keys, functions, modules, flags, environment
+variables, paths, boot parameters and products; a small model invents them fluently (`UploadError`,
+`FLASK_RUN_PORT`, `--preseed`, "use GParted"). Each is a fact the passages (or the question, which
+may name it) must state, written as the answer writes it:
+
+    `code`                      any back-quoted span
+    app.config.from_file()      dotted names and calls (a call is looked up without its brackets)
+    get_flashed_messages        snake_case
+    SECRET_KEY, VT4             capitals with an underscore or a digit
+    UploadError, getElementById CamelCase and lowerCamelCase
+    --port                      long flags
+    /dev/sdb1                   absolute paths
+    lowmem=1, priority=low      key=value settings
+    GParted, Partition Magic    a capitalised name inside a sentence (not its first word)
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from app.answer.facts import Fact
+
+_BACKTICKED = re.compile(r"`([^`\n]{1,80})`")
+_PATTERNS = (
+    re.compile(r"(?<![\w.])[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+(?:\(\))?"),  # dotted names
+    re.compile(r"(?<![\w.])[A-Za-z_][\w]*\(\)"),  # calls
+    re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])"),  # snake_case
+    re.compile(r"(?<![\w.-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])"),  # CONSTANT_CASE
+    re.compile(r"(?<![\w.-])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+(?![\w-])"),  # CamelCase
+    re.compile(r"(?<![\w.-])[a-z]{2,}[A-Z][A-Za-z0-9]*(?![\w-])"),  # lowerCamelCase (not units: kW, mAh)
+    re.compile(r"(?<![\w-])--[a-z][\w-]*"),  # long flags
+    re.compile(r"(?<![\w/.])/(?:[\w.-]+/)*[\w.-]*[A-Za-z][\w.-]*"),  # absolute paths
+    re.compile(r"(?<![\w/-])[a-z][\w./-]*=[\w./:-]+"),  # key=value
+)
+# a capitalised word (or a run of them) after the sentence's first word: a product, a tool, a module
+_PROPER = re.compile(r"(?<=[a-z0-9,;:)]\s)(?:[A-Z][\w+-]*[a-z][\w+-]*)(?:\s+[A-Z][\w+-]*[a-z][\w+-]*)*")
+# inside a dotted name: file names and abbreviations that are words, not identifiers
+_ABBREVIATION = re.compile(r"^(?:[a-z]\.)+[a-z]?$", re.I)
+
+
+def _clean(text: str) -> str:
+    return unicodedata.normalize("NFKC", text)
+
+
+def identifiers(text: str) -> list[Fact]:
+    """The identifiers ("identifier" facts) and capitalised names ("proper") a text states, keyed by how they
+    are looked up, in the order the patterns find them."""
+    text = _clean(text)
+    spans: list[tuple[int, int, str]] = []
+
+    def add(start: int, end: int, written: str) -> None:
+        if not any(a <= start and end <= b for a, b, _ in spans):
+            spans.append((start, end, written))
+
+    for m in _BACKTICKED.finditer(text):
+        add(m.start(), m.end(), m.group(1).strip())
+    for pattern in _PATTERNS:
+        for m in pattern.finditer(text):
+            if not _ABBREVIATION.match(m.group(0)):
+                add(m.start(), m.end(), m.group(0))
+    proper = len(spans)
+    for m in _PROPER.finditer(text):
+        add(m.start(), m.end(), m.group(0))
+    return [Fact("identifier" if i < proper else "proper", key(written), written)
+            for i, (_, _, written) in enumerate(spans) if key(written)]
+
+
+def key(written: str) -> str:
+    """How an identifier is looked up: lower case, without a call's brackets and surrounding punctuation."""
+    return re.sub(r"\(\)$", "", written.strip().strip(".,;:'\"")).lower()
+
+
+def stated(fact: Fact, text: str) -> bool:
+    """Whether `text` (passages, or the question) writes the identifier: the same characters, not
+    glued to a longer name."""
+    haystack = _clean(text).lower().replace("`", "")
+    return re.search(rf"(?<![\w]){re.escape(fact.key)}(?![\w])", haystack) is not None

@@ -1,0 +1,236 @@
+"""A question that states the user's own quantity, held against the passages' values of the same kind.
+
+"Can I tow my 1,800 kg caravan?" beside "a braked trailer of up to 1,500 kg", "I have 512 MB of RAM,
+will the installer run?" beside "at least 780MB", "开到一百六还能用自适应巡航吗？" beside "30 到 180
+公里每小时": a small model compares numbers badly, so it refuses or agrees at random. The comparison
+is made here, on the numbers, and shown to the model beside the question; what the passage's number
+means (a limit to stay under, a minimum to reach) the model still reads from the passage.
+
+    the question's quantities (a bare number takes the kind of the passages' values: "doing 60")
+      x the values the passages state in a unit of the same kind (converted: mph/km/h, psi/kPa/bar,
+        MB/GB, minutes/hours, ...)
+    ─► "60 km/h is more than 50 km/h."  ("160 公里每小时大于 30 公里每小时，小于 180 公里每小时。")
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.answer.bounds import LOWER, UPPER, bounds
+from app.answer.facts import extract_facts, normalize, without_facts
+from app.answer.pairing import said_of
+from app.answer.question import ASKS as _ASKS
+from app.answer.question import asks_yes_no, parts, unit_of
+from app.answer.relevance import terms
+from app.answer.sentences import split_sentences
+
+# units of one kind and their size in the kind's base unit
+_KINDS: dict[str, dict[str, float]] = {
+    "speed": {"km/h": 1.0, "mph": 1.609344},
+    "pressure": {"kpa": 1.0, "psi": 6.894757, "bar": 100.0},
+    "mass": {"kg": 1.0, "g": 0.001},
+    "length": {"km": 1000.0, "m": 1.0, "cm": 0.01, "mm": 0.001, "inch": 0.0254},
+    "time": {"s": 1.0, "min": 60.0, "h": 3600.0, "day": 86400.0, "week": 604800.0, "month": 2629800.0,
+             "year": 31557600.0},
+    "power": {"w": 1.0, "kw": 1000.0},
+    "energy": {"kwh": 1.0},
+    "share": {"%": 1.0},
+    "temperature": {"°c": 1.0},
+    "voltage": {"v": 1.0},
+    "current": {"a": 1.0},
+    "volume": {"l": 1.0},
+    "data": {"kb": 2.0 ** 10, "mb": 2.0 ** 20, "gb": 2.0 ** 30, "tb": 2.0 ** 40},
+    "frequency": {"mhz": 1e6, "ghz": 1e9},
+}
+_KIND_OF = {unit: kind for kind, units in _KINDS.items() for unit in units}
+# data sizes and clock rates, which the fact reader leaves as bare numbers: "780MB", "4 gigs", "8G 内存"
+_DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(kb|kib|kilobytes?)|(mb|mib|megabytes?|megs?|兆)|(gb|gib|gigabytes?|gigs?|g)"
+                   r"|(tb|tib|terabytes?)|(mhz)|(ghz))(?![a-z])", re.I)
+_DATA_UNITS = ("kb", "mb", "gb", "tb", "mhz", "ghz")
+MAX_VALUES = 4  # passage values compared: the question's sentence-mates first
+
+
+@dataclass(frozen=True)
+class Quantity:
+    value: float
+    unit: str | None  # canonical unit; None: a bare number
+    text: str
+
+    @property
+    def kind(self) -> str | None:
+        return _KIND_OF.get(self.unit) if self.unit else None
+
+    def base(self) -> float:
+        return self.value * _KINDS[self.kind][self.unit]
+
+
+def quantities(text: str) -> list[Quantity]:
+    """The numbers a text states, with units where it gives them (data sizes and clock rates too)."""
+    text = normalize(text)
+    out, taken = [], []
+    for m in _DATA.finditer(text):
+        unit = next(u for u, g in zip(_DATA_UNITS, m.groups()[1:]) if g)
+        out.append(Quantity(float(m.group(1)), unit, m.group(0).strip()))
+        taken.append(m.group(1))
+    for f in extract_facts(text):
+        if f.kind != "number" or (f.value in taken and not unit_of(f)):
+            continue
+        try:
+            value = float(f.value)
+        except ValueError:
+            continue
+        out.append(Quantity(value, unit_of(f), f.text))
+    return out
+
+
+def _say(q: Quantity) -> str:
+    value = f"{q.value:g}"
+    return f"{value} {q.unit}" if q.unit and q.unit != "%" else f"{value}%" if q.unit else value
+
+
+def _relation(asked: Quantity, stated: Quantity, lang: str) -> str:
+    a, b = asked.base(), stated.base()
+    words = ({"more": "大于", "less": "小于", "same": "等于"} if lang == "zh" else
+             {"more": "is more than", "less": "is less than", "same": "is the same as"})
+    rel = "same" if abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0) else "more" if a > b else "less"
+    return f"{words[rel]} {_say(stated)}"
+
+
+def _ranked(question: str, passages: list[str]) -> list[tuple[str, list[Quantity]]]:
+    """The passages' sentences that state a value of a known kind, with those values, the sentences that
+    share most terms with the question (numbers aside) first."""
+    wanted = terms(without_facts(question))
+    stating = [(s, [q for q in quantities(s) if q.kind]) for p in passages for s in split_sentences(p) if s.strip()]
+    return sorted(((s, values) for s, values in stating if values), key=lambda x: -len(wanted & terms(x[0])))
+
+
+def _asked(question: str, ranked: list[tuple[str, list[Quantity]]]) -> list[Quantity]:
+    """The question's quantities of a known kind; a lone bare number ("doing 60") takes the unit of the
+    first value of the sentence most about the question."""
+    asked = quantities(question)
+    bare = [q for q in asked if q.unit is None]
+    if bare and len(bare) == len(asked) == 1 and ranked:
+        return [Quantity(bare[0].value, ranked[0][1][0].unit, bare[0].text)]
+    return [q for q in asked if q.kind]
+
+
+def _of_kind(ranked: list[tuple[str, list[Quantity]]], kind: str) -> list[tuple[str, list[Quantity]]]:
+    """The sentences stating values of `kind` (with only those values), most about the question first."""
+    return [(s, [v for v in values if v.kind == kind]) for s, values in ranked if any(v.kind == kind for v in values)]
+
+
+def comparison_note(question: str, passages: list[str], lang: str) -> str:
+    """The note shown beside the question: each of its quantities against the passages' values of the
+    same kind, from the sentences most about the question first; "" when the question states no
+    quantity or the passages none of its kind."""
+    ranked = _ranked(question, passages)
+    notes = []
+    for q in _asked(question, ranked):
+        values: list[Quantity] = []
+        for _, stated in _of_kind(ranked, q.kind):
+            values += [v for v in stated if all(abs(v.base() - w.base()) > 1e-9 for w in values)]
+        said = [_relation(q, v, lang) for v in values[:MAX_VALUES]]
+        if said:
+            notes.append(f"{_say(q)} {'，'.join(said)}。" if lang == "zh" else f"{_say(q)} {', and '.join(said)}.")
+    return " ".join(notes)
+
+
+# asking whether the user's amount is allowed, possible or enough: a yes says it is within the bound
+_WITHIN = re.compile(r"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+(?:ok|okay|alright|all\s+right|"
+                     r"safe|possible|fine|enough|allowed|legal)|will|would|does|do|is|are)\b|可以|能不能|能|够不够|够吗|行不行|行吗",
+                     re.I)
+# "is 2,000 kg too much?", "is it over the limit?": a yes says the amount is beyond the bound
+_BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b|太|超|低于|高于",
+                     re.I)
+# "is she allowed to sit without her booster at 140 cm?": a negated question turns the reply round
+_NEGATED = re.compile(r"\b(?:without|not|never|no)\b|n't\b|不|没|无", re.I)
+_A_NOT_A = re.compile(r"(.)不\1")  # 能不能, 可不可以, 是不是: a question, not a negation
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The reply a yes-or-no question about the user's amount has, by the passages' bound on it."""
+
+    reply: str  # "yes" | "no"
+    asked: Quantity
+    bound: str  # the passage sentence that states the bound
+    alone: bool  # the question asks nothing else: the reply and the bound answer it whole
+
+    def answer(self, question: str, lang: str) -> str:
+        """The reply and the passage's own sentence for it: "No. Do not drive faster than 50 km/h ..."."""
+        if lang != "zh":
+            return f"{'Yes' if self.reply == 'yes' else 'No'}. {self.bound}"
+        # a Chinese yes or no repeats the question's verb: 能 / 不能, 够 / 不够, 可以 / 不可以
+        verb = next((v for v in ("可以", "需要", "能", "够", "会", "行") if v in question), "")
+        said = (verb or "是的") if self.reply == "yes" else (f"不{verb}" if verb else "不是")
+        return f"{said}。{self.bound}"
+
+
+def _within(part: str) -> bool:
+    """Whether a question asks if the user's amount stays within what is allowed or needed."""
+    return bool(_WITHIN.search(part)) and asks_yes_no(part) and not _BEYOND.search(without_facts(part))
+
+
+# a bound that says what may be done or what is needed ("up to 1,500 kg", "do not exceed", "at least 780MB"),
+# not a condition ("children under 150 cm must ...", "when you drive above 10 km/h"): only a limit decides
+# whether the user's amount is allowed
+_LIMIT_WORDS = re.compile(r"(?:\bup\s+to|\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bnot?\s+(?:\w+\s+){0,2}?\w+er\s+than|\bat\s+least|"
+                          r"\bminimum\b|\bmin\b|不超过|不得超过|最多|最高|最大|以内|之内|至少|最低|最少|不低于|不少于)[^.,;:!?，。；：！？]*$",
+                          re.I)
+
+
+def judge_limit(question: str, passages: list[str]) -> Limit | None:
+    """The reply to "can I tow 1,800 kg?" when the question asks whether its one amount is within
+    what the passages allow or need and the sentences most about the question bound it one way: an
+    upper bound ("up to 1,500 kg", "do not exceed 50 km/h"), a lower one ("at least 780MB") or a
+    range ("between 50 and 100 percent"). None when any of that is unclear, or two sentences
+    disagree."""
+    asked_parts = [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)
+                   if _ASKS.search(p)]
+    asking = [p for p in asked_parts if _within(p)]
+    # "she keeps begging to sit without her booster. Is she allowed to?": a negation anywhere turns it round
+    if len(asking) != 1 or _NEGATED.search(_A_NOT_A.sub("", question)):
+        return None
+    ranked = _ranked(question, passages)
+    asked = _asked(question, ranked)  # said anywhere: "My trailer is 1,800 kg. Can I tow it?"
+    if len(asked) != 1:
+        return None
+    q = asked[0]
+    wanted = terms(without_facts(question))
+    verdicts: dict[str, str] = {}
+    for sentence, values in _of_kind(ranked, q.kind):
+        sides, told = bounds(sentence), said_of(sentence)
+        # a list's values each belong to their own thing ("braked ... 1,500 kg, unbraked ... 750 kg"):
+        # those of the thing the question names, when it names one
+        named = [v for v in values if told.get(_key(v), set()) & wanted]
+        said: set[str] = set()
+        for v in named or values:
+            at = normalize(sentence).find(normalize(v.text))
+            if at < 0 or not _LIMIT_WORDS.search(normalize(sentence)[max(0, at - 40):at]):
+                continue
+            side = sides.get(_key(v), set()) - {None}
+            if side == {UPPER}:
+                said.add("yes" if q.base() <= v.base() else "no")
+            elif side == {LOWER}:
+                said.add("yes" if q.base() >= v.base() else "no")
+        ends = [v for v in values if sides.get(_key(v)) == {None}]
+        if not said and len(ends) == 2 and _RANGE.search(normalize(sentence)):
+            low, high = sorted(v.base() for v in ends)
+            said.add("yes" if low <= q.base() <= high else "no")
+        if said:
+            verdicts[sentence] = said.pop() if len(said) == 1 else "unclear"
+            break  # the sentence most about the question that bounds the amount decides
+    if len(verdicts) != 1 or "unclear" in verdicts.values():
+        return None
+    sentence, reply = next(iter(verdicts.items()))
+    return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
+
+
+_RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d|between\s+\d[\d,.]*\s*\S*\s+and\s+\d|在\s*\d.*(?:到|至).*\d.*之间", re.I)
+
+
+def _key(q: Quantity) -> str:
+    """The fact key bounds() gives the value (data sizes are bare numbers to the fact reader)."""
+    value = f"{q.value:g}"
+    return f"{value} {q.unit}" if q.unit and q.unit not in _DATA_UNITS else value

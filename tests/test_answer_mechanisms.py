@@ -1,0 +1,232 @@
+"""The answer layer's domain-neutral mechanisms, on text from three kinds of knowledge base (a car's FAQ, a
+web framework's docs, an operating system's installation guide): limits answered as limits, identifiers
+and names checked against the passages, repair of a refusal, the KB's profile in the prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.answer.facts import extract_facts, normalize
+from app.answer.identifiers import identifiers
+from app.answer.limits import comparison_note, judge_limit
+from app.answer.verify import Verifier
+
+CHAINS = "Snow chains fit the rear wheels only. Do not drive faster than 50 km/h with chains fitted."
+TOWING = ("The car can tow a braked trailer of up to 1,500 kg and an unbraked trailer of up to 750 kg. "
+          "The maximum vertical load on the tow ball is 75 kg.")
+MEMORY = ("You must have at least 780MB of memory and 1160MB of hard disk space to perform a normal installation. "
+          "Installation images that support the graphical installer require more memory.")
+CHARGE_ZH = "拖动“充电上限”滑块，可以设置在百分之五十到百分之一百之间。日常使用建议设为百分之八十。"
+ACC_ZH = "自适应巡航可在 30 到 180 公里每小时之间使用。"
+BOOSTER = "Children under 150 cm must travel in a booster seat."
+BLIND_SPOT = "Radar sensors watch the blind spots when you drive above 10 km/h."
+UPLOADS = ("To limit the size of uploads, set the MAX_CONTENT_LENGTH config key. If a larger file is transmitted, "
+           "Flask will raise a RequestEntityTooLarge exception.")
+
+
+def _reply(question: str, passage: str) -> str | None:
+    limit = judge_limit(question, [passage])
+    return limit.reply if limit else None
+
+
+@pytest.mark.parametrize("question, passage, reply", [
+    ("We're off skiing. Is it alright to keep doing 60 with chains on?", CHAINS, "no"),  # a bare number: the bound's unit
+    ("Can I drive at 30 mph with chains?", CHAINS, "yes"),  # 30 mph = 48 km/h
+    ("My mate's trailer is about 1,200 kilos with brakes. Can the car pull that?", TOWING, "yes"),  # the braked one
+    ("Can I tow 2000 kg?", TOWING, "no"),  # above both
+    ("My old laptop only has about 700 megs of RAM. Will the installer run?", MEMORY, "no"),  # at least 780MB
+    ("I have 2 GB of memory. Is that enough for a normal installation?", MEMORY, "yes"),  # GB against MB
+    ("我想把充电上限调到百分之四十，能设这么低吗？", CHARGE_ZH, "no"),  # outside a range
+    ("高速上我开到一百六，自适应巡航还能开着用吗？", ACC_ZH, "yes"),  # 一百六 is 160, inside it
+])
+def test_a_users_amount_is_held_against_the_passages_limit(question, passage, reply):
+    assert _reply(question, passage) == reply
+
+
+@pytest.mark.parametrize("question, passage", [
+    ("My daughter is 140 cm and wants to sit without her booster. Is she allowed to?", BOOSTER),  # negated
+    ("My son is 160 cm. Is he allowed in the front?", BOOSTER),  # "under 150 cm" is a condition, not a limit
+    ("Can I use blind spot monitoring at 5 km/h?", BLIND_SPOT),  # "above 10 km/h" is when it works
+    ("Is 2,000 kg too much for it?", TOWING),  # "too much" asks the other way round
+    ("How fast can I go with chains?", CHAINS),  # no amount of the user's own
+])
+def test_no_reply_is_judged_where_the_limit_does_not_decide_it(question, passage):
+    assert judge_limit(question, [passage]) is None
+
+
+def test_the_model_is_shown_the_numbers_compared():
+    assert comparison_note("Is it alright to keep doing 60 with chains on?", [CHAINS], "en") == \
+        "60 km/h is more than 50 km/h."
+    assert comparison_note("我想把充电上限调到百分之四十，能设这么低吗？", [CHARGE_ZH], "zh").startswith("40% 小于 50%")
+    assert comparison_note("How do I fit chains?", [CHAINS], "en") == ""
+
+
+def test_a_limit_is_answered_with_the_passages_sentence():
+    limit = judge_limit("Can I tow 2000 kg?", [TOWING])
+    assert limit.alone and limit.answer("Can I tow 2000 kg?", "en") == f"No. {TOWING.split('. ')[0]}."
+    zh = judge_limit("我想把充电上限调到百分之四十，能设这么低吗？", [CHARGE_ZH])
+    assert zh.answer("我想把充电上限调到百分之四十，能设这么低吗？", "zh").startswith("不能。")
+
+
+def test_spoken_chinese_numbers_and_tables():
+    assert normalize("一百六").strip() == "160" and normalize("两千五").strip() == "2500"
+    assert normalize("一百零六").strip() == "106"
+    # a table row's numbers are numbers, not a phone number; a phone number spoken in groups still is one
+    assert [f.kind for f in extract_facts("KDE Plasma 4584 1316 5900")] == ["number"] * 3
+    assert [f.kind for f in extract_facts("call 800 555 0199")] == ["phone"]
+
+
+@pytest.mark.parametrize("answer, invented", [
+    ("Flask raises an `UploadError` when the file is too large.", {"uploaderror"}),
+    ("Set the FLASK_MAX_UPLOAD environment variable.", {"flask_max_upload"}),
+    ("Pass --max-size to flask run.", {"--max-size"}),
+    ("Use werkzeug.limits.check() before saving.", {"werkzeug.limits.check"}),
+    ("Set MAX_CONTENT_LENGTH; Flask then raises RequestEntityTooLarge.", set()),
+])
+def test_identifiers_must_be_written_in_the_passages(answer, invented):
+    verifier = Verifier([UPLOADS], "How do I limit upload sizes in my app?")
+    assert {f.key for f in verifier.check(answer).unsupported} == invented
+
+
+def test_an_identifier_the_question_names_may_be_repeated_and_a_name_the_kb_uses_stands():
+    verifier = Verifier([MEMORY], "Do I need to set lowmem=1 on a 512 MB machine?",
+                        known_name=lambda name: name == "Debian")
+    assert verifier.check("Add lowmem=1 to the boot line.").ok  # the question's own identifier
+    assert verifier.check("Debian's installer then saves memory.").ok  # the KB names Debian elsewhere
+    assert {f.text for f in verifier.check("You can resize the disk with GParted first.").unsupported} == {"GParted"}
+    assert {f.kind for f in identifiers("Run grub-install on /dev/sda, then reboot.")} == {"identifier"}
+
+
+def test_a_reply_that_only_restates_the_question_is_checked_with_the_sentence_after_it():
+    sealant = "After sealing, drive no faster than 80 km/h and no further than 200 km."
+    verifier = Verifier([sealant], "The tyre shop is 150 km away. Can I make it there?", expected_reply="yes")
+    assert verifier.leans_on_next("Yes, you can make it there.")
+    assert verifier.check("Yes, you can make it there. Drive no further than 200 km.").ok
+    assert not verifier.check("No, you can't. Drive no further than 200 km.").ok  # against the limit
+
+
+class _TwoAnswers:
+    """A model that first says "I don't know" and, told not to begin so, its next best answer."""
+
+    def __init__(self, refusal: str, otherwise: str):
+        self.refusal, self.otherwise, self.calls = refusal, otherwise, 0
+
+    def encode(self, text, bos=True):
+        return [len(w) for w in text.split()]
+
+    def generate(self, prompt_ids, max_new_tokens, sampling, stop, cancel, placed=None, draft=False,
+                 ban_first=frozenset()):
+        from runtime.llm import Delta, GenerationResult
+
+        self.calls += 1
+        answer = self.otherwise if ban_first else self.refusal
+
+        class Gen:
+            result = None
+
+            def __iter__(gen):
+                words = answer.split(" ")
+                for i, w in enumerate(words):
+                    yield Delta(i, w if i == 0 else " " + w)
+                gen.result = GenerationResult(list(range(len(words))), answer, "stop", 10, 0, 0.1, 0.1, 0.1)
+
+        return Gen()
+
+
+def _generate(llm, question: str, passage: str, **plan):
+    from app.answer.passages import Passage
+    from app.answer.pipeline import AnswerPlan, GroundedGeneration
+    from knowledge.retrieval import Hit
+    from runtime.sampling import SamplingParams
+
+    hit = Hit(1, f"The question?\n{passage}", "faq.jsonl", "faq.jsonl", "", "entry", 0.6, {"dense": 0.6})
+    plan = AnswerPlan(question, "en", voice=False, grounded=True, prompt_ids=[1, 2, 3], max_tokens=64,
+                      passages=[Passage.of(1, hit)], **plan)
+    gen = GroundedGeneration(llm, plan, SamplingParams())
+    return "".join(gen), gen.result.grounding
+
+
+SERVER = ("The development server is not intended for production. It is not designed to be particularly efficient, "
+          "stable, or secure.")
+
+
+def test_a_refusal_is_repaired_with_the_models_next_answer_made_of_the_passages_words():
+    llm = _TwoAnswers("I don't know.", "No, the development server is not designed to be efficient, stable, or secure.")
+    text, grounding = _generate(llm, "Is it fine to run the development server in production?", SERVER)
+    assert llm.calls == 2 and grounding.decision == "answered" and text.startswith("No, the development server")
+
+
+def test_a_repair_in_words_of_its_own_is_refused():
+    llm = _TwoAnswers("I don't know.", "Yes, many teams happily deploy it behind a reverse proxy these days.")
+    text, grounding = _generate(llm, "Is it fine to run the development server in production?", SERVER)
+    assert grounding.decision == "refused" and "don't know" in text
+
+
+def test_a_limit_question_is_answered_without_the_model():
+    from app.answer.limits import judge_limit
+
+    question = "Can I tow 2000 kg?"
+    limit = judge_limit(question, [TOWING])
+    llm = _TwoAnswers("Yes, sure.", "Yes, sure.")
+    text, grounding = _generate(llm, question, TOWING, limit=limit, direct=limit.answer(question, "en"))
+    assert llm.calls == 0 and grounding.decision == "extractive" and text.startswith("No. The car can tow")
+
+
+_CAR_WORDS = __import__("re").compile(r"\b(?:car|cars|driver|drivers|vehicle|aurora|speakers)\b", __import__("re").I)
+
+
+@pytest.mark.slow
+def test_a_kb_without_a_profile_gets_no_car_wording(smollm_build, minilm_build, tmp_path):
+    """An installation guide ingested with no answer profile: neither the prompts (text and voice) nor the
+    answers speak of a car; with the sample's profile, the same KB's prompts do."""
+    import json
+
+    from app.answer.types import AnswerRequest
+    from app.engine import Engine
+    from app.quickstart import SAMPLE_PROFILE
+    from app.settings import Settings
+    from knowledge import AnswerProfile, KnowledgeBase
+    from runtime.embedder import Embedder
+    from tests.conftest import SAMPLES
+
+    pages = SAMPLES / "realdocs" / "debian-install" / "en"
+    with KnowledgeBase.open(tmp_path / "kb", Embedder(minilm_build)) as kb:
+        kb.ingest([pages / "ch02s05.html", pages / "ch08s01.html"], progress=False)
+    engine = Engine.load(Settings(llm=smollm_build, embedder=minilm_build, kb=tmp_path / "kb"))
+    question = "How much memory do I need for a normal installation?"
+    for voice in (False, True):
+        plan = engine.plan(AnswerRequest.ask(question, voice=voice))
+        prompt = engine.llm.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False)
+        assert "780MB" in prompt and not _CAR_WORDS.search(prompt), prompt
+        answer = "".join(engine.generation(plan))
+        assert answer and not _CAR_WORDS.search(answer), answer
+    engine.kb.set_profile(AnswerProfile.model_validate(json.loads(SAMPLE_PROFILE.read_text())))
+    prompt = engine.llm.tokenizer.decode(engine.plan(AnswerRequest.ask(question, voice=True)).prompt_ids)
+    assert "car's built-in assistant" in prompt and "the driver's question" in prompt
+
+
+def test_a_kbs_profile_may_set_its_own_answerability_thresholds():
+    from app.answer.passages import confident
+    from app.answer.relevance import Confidence
+    from knowledge import AnswerProfile
+
+    read, unread = Confidence(0.35, 0.5, 0.45), Confidence(None, 0.5, 7.0)
+    assert confident(read) and confident(unread)  # the defaults
+    strict = AnswerProfile(min_confidence=0.5, min_bm25=9.0)
+    assert not confident(read, strict) and not confident(unread, strict)
+
+
+class _Says(_TwoAnswers):
+    def __init__(self, answer: str):
+        super().__init__(answer, answer)
+
+
+def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():
+    text, grounding = _generate(_Says("Flask raises `UploadTooBig` then. Set MAX_CONTENT_LENGTH to limit the size of "
+                                      "uploads."), "How do I limit upload sizes?", UPLOADS)
+    assert text == "Set MAX_CONTENT_LENGTH to limit the size of uploads."
+    assert grounding.decision == "answered" and "left out" in grounding.reason and "UploadTooBig" in grounding.unsupported
+    # what comes after a left-out sentence and speaks of it goes too: nothing is left, so nothing is said
+    text, grounding = _generate(_Says("Call `app.limit_uploads()`. It sets the size of uploads."),
+                                "How do I limit upload sizes?", UPLOADS)
+    assert grounding.decision == "refused" and "don't know" in text
