@@ -134,7 +134,7 @@ def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int) -> _Pendi
     """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
     data, info = read_regular(path, max_bytes)
     content_hash = hashlib.sha256(data).hexdigest()
-    existing = kb.store.document(str(path))
+    existing = kb.stored_document(str(path))
     chunker = kb.chunker
     if existing and existing.content_hash == content_hash and existing.chunker == chunker.signature:
         return None
@@ -144,7 +144,7 @@ def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int) -> _Pendi
         raise EmptyDocumentError(path)
     fields = {"source": str(path), "name": name, "kind": doc.kind, "title": doc.title, "content_hash": content_hash,
               "chunker": chunker.signature, "size": len(data), "mtime": info.st_mtime, "text": doc.text}
-    reusable = kb.store.vectors_by_hash(existing.id) if existing else {}
+    reusable = kb.stored_vectors(existing.id) if existing else {}
     return _Pending(fields, chunks, reusable, existing is not None)
 
 
@@ -223,7 +223,7 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
     _flush(kb, pending, report)
     if prune:  # files that disappeared from an ingested folder leave the KB too
         seen = {str(p) for p, _ in files}
-        for doc in kb.store.documents():
+        for doc in kb.list_documents():
             under = any(Path(doc.source).is_relative_to(root) for root in roots)
             if under and doc.source not in seen and not Path(doc.source).exists():
                 kb.remove_document(doc)

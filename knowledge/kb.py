@@ -62,7 +62,10 @@ class KnowledgeBase:
         # the answerability threshold search() applies when given min_score=None (calibrated for
         # all-MiniLM-L6-v2; set another after `hexrag eval retrieval` with another embedder)
         self.default_min_score: float = DEFAULT_MIN_SCORE
-        self._lock = threading.RLock()  # one writer or searcher at a time (the app serves from threads)
+        # one statement at a time on the shared SQLite connection and the in-memory index (the app serves
+        # from threads); held for a search or one document's commit, never for a whole ingest
+        self._lock = threading.RLock()
+        self._writing = threading.Lock()  # one ingest or delete at a time in this process
 
     # ---- opening
     @classmethod
@@ -98,11 +101,13 @@ class KnowledgeBase:
     # ---- model binding
     @property
     def model_id(self) -> str | None:
-        return self.store.get_meta("model_id")
+        with self._lock:
+            return self.store.get_meta("model_id")
 
     @property
     def dim(self) -> int:
-        value = self.store.get_meta("dim")
+        with self._lock:
+            value = self.store.get_meta("dim")
         if value is not None:
             return int(value)
         return self._need_embedder().dim
@@ -175,17 +180,30 @@ class KnowledgeBase:
                max_file_bytes: int = MAX_FILE_BYTES) -> IngestReport:
         """Add new files, replace changed ones, skip unchanged ones; with `prune`, forget files that
         disappeared from an ingested folder. Unreadable files, files that are not regular files and
-        files over `max_file_bytes` are reported in `failed`, not raised."""
-        with self._lock:
+        files over `max_file_bytes` are reported in `failed`, not raised.
+
+        Searches go on meanwhile: files are read and embedded outside the lock searches take, and each
+        document is committed (SQLite, then the index) under it, so a search sees it whole or not at all."""
+        with self._writing:
             embedder = self._need_embedder()
-            if self.model_id is None:
-                self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
-            self._vectors.current()
+            with self._lock:
+                if self.model_id is None:
+                    self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
+                self._vectors.current()
             try:
                 return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune,
                                   max_file_bytes)
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
-                self._vectors.save()
+                self.save_index()
+
+    def stored_document(self, source: str) -> DocumentRecord | None:
+        with self._lock:
+            return self.store.document(source)
+
+    def stored_vectors(self, document_id: int) -> dict[str, tuple[bytes, bytes | None]]:
+        """A stored document's vector and place vector blobs by chunk hash, for reuse by its next version."""
+        with self._lock:
+            return self.store.vectors_by_hash(document_id)
 
     def _find_documents(self, source: str) -> list[DocumentRecord]:
         docs = self.store.documents()
@@ -207,7 +225,7 @@ class KnowledgeBase:
         """Remove a document (by its path, its name in the KB, or a folder holding documents)."""
         if not str(source).strip():  # it would resolve to the working directory
             raise UnknownDocumentError("an empty source names no document")
-        with self._lock:
+        with self._writing, self._lock:
             docs = self._find_documents(str(source))
             if not docs:
                 raise UnknownDocumentError(f"no document {source!r} in the KB at {self.dir}")

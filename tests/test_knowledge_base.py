@@ -388,3 +388,38 @@ def test_an_upload_job_goes_on_after_a_file_fails_in_any_way(tmp_path, embedder,
         assert {f.file: f.reason for f in done.failed} == {"bad.md": "internal error; see the server log",
                                                           "links.html": "no text to index"}
         assert done.status == "failed" and done.error.code == "internal_error"
+
+
+def test_searches_do_not_wait_for_an_ingest(tmp_path, embedder, monkeypatch):
+    """While a long ingest embeds its files, a search answers at once: only each document's commit
+    holds the lock searches take. The documents it has committed are found whole."""
+    import threading
+    import time
+
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        write_docs(tmp_path / "first")
+        kb.ingest([tmp_path / "first"], progress=False)
+        before = len(kb.list_documents())
+        folder = tmp_path / "more"
+        folder.mkdir()
+        for i in range(6):
+            (folder / f"note{i}.md").write_text(f"# Note {i}\n\nThe spare fuse number {i} sits in the boot.\n")
+        slow = threading.Event()
+        real = type(embedder).embed
+
+        def embed(self, texts, buckets=True):
+            if len(texts) > 1:  # an ingest batch, not a one-question search
+                slow.set()
+                time.sleep(1.5)
+            return real(self, texts, buckets)
+
+        monkeypatch.setattr(type(embedder), "embed", embed)
+        ingest = threading.Thread(target=kb.ingest, args=([folder],), kwargs={"progress": False})
+        ingest.start()
+        assert slow.wait(30)
+        started = time.perf_counter()
+        hits = kb.search("one-pedal mode", k=3, mode="hybrid", min_score=NO_GATE)
+        waited = time.perf_counter() - started
+        assert ingest.is_alive() and waited < 1.0 and hits, waited
+        ingest.join(60)
+        assert len(kb.list_documents()) == before + 6
