@@ -54,6 +54,13 @@ def test_no_reply_is_judged_where_the_limit_does_not_decide_it(question, passage
     assert judge_limit(question, [passage]) is None
 
 
+def test_limits_of_two_passages_that_disagree_decide_nothing():
+    outlet = "With the adapter in the charge port, the car can supply up to 3.6 kW to your devices."
+    fast = "The car accepts up to 150 kW of DC power at a fast charger."
+    assert judge_limit("Can I charge at 200 kW?", [outlet, fast]) is None  # which limit is the question's?
+    assert judge_limit("Can I charge at 200 kW?", [fast]).reply == "no"
+
+
 def test_the_model_is_shown_the_numbers_compared():
     assert comparison_note("Is it alright to keep doing 60 with chains on?", [CHAINS], "en") == \
         "60 km/h is more than 50 km/h."

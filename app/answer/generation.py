@@ -22,7 +22,7 @@ from itertools import chain
 
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_quantity
 from app.answer.passage_kv import PassageKV
-from app.answer.plan import AnswerPlan
+from app.answer.plan import AnswerPlan, names
 from app.answer.question import answers_kind, asks_quantity, on_topic, unit_of, wanted_units
 from app.answer.relevance import content_words
 from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
@@ -175,11 +175,8 @@ class GroundedGeneration:
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
         # the model's "I don't know" stands unless the passages state what each part asks for, or the
         # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
-        # a quote answers for the model only from an entry written as the answer to a question (an FAQ
-        # entry): a document section's best-matching sentence is as often no answer at all
-        authored = plan.extractive if plan.passages and plan.passages[0].faq else ""
         quote = plan.refusal_quote if verdict == "model_refused" else (
-            plan.limit_answer or authored or plan.part_quote)
+            plan.limit_answer or plan.extractive or plan.part_quote)
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
@@ -240,7 +237,7 @@ class GroundedGeneration:
                 draft.verdict = "off_topic"
                 break
             strict = grounded or draft.dropped > 0
-            if (not check.ok or (strict and not verifier.grounded(check.text))
+            if (not check.ok or (strict and not self._grounded(verifier, check.text))
                     or (draft.dropped and refers_back(check.text))):
                 draft.unsupported += [f.text for f in check.unsupported] or [check.text]
                 draft.dropped += 1
@@ -262,6 +259,11 @@ class GroundedGeneration:
         elif draft.dropped and not draft.released:
             draft.verdict = "unsupported"
         return draft
+
+    def _grounded(self, verifier: Verifier, sentence: str) -> bool:
+        """A sentence made of the passages' words (Verifier.grounded) that names what the question is most
+        specifically about: a repaired answer about the climate's preheating is no answer on the warranty."""
+        return verifier.grounded(sentence) and (not self.plan.rarest or names(self.plan.rarest, sentence))
 
     def _repairable(self) -> bool:
         """Whether a refusal is worth a second answer: the first passage is about the question."""

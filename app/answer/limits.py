@@ -14,6 +14,7 @@ means (a limit to stay under, a minimum to reach) the model still reads from the
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ _DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(kb|kib|kilobytes?)|(mb|mib|
                    r"|(tb|tib|terabytes?)|(mhz)|(ghz))(?![a-z])", re.I)
 _DATA_UNITS = ("kb", "mb", "gb", "tb", "mhz", "ghz")
 MAX_VALUES = 4  # passage values compared: the question's sentence-mates first
+MIN_BARE = 10  # a bare number this large in a question is an amount (_asked)
 
 
 @dataclass(frozen=True)
@@ -97,27 +99,39 @@ def _relation(asked: Quantity, stated: Quantity, lang: str) -> str:
     return f"{words[rel]} {_say(stated)}"
 
 
-def _ranked(question: str, passages: list[str]) -> list[tuple[str, list[Quantity]]]:
-    """The passages' sentences that state a value of a known kind, with those values, the sentences that
-    share most terms with the question (numbers aside) first."""
+Ranked = list[tuple[str, list[Quantity], int]]  # (sentence, its values, which passage)
+
+
+def _ranked(question: str, passages: list[str]) -> Ranked:
+    """The passages' sentences that state a value of a known kind, with those values and their passage's
+    index, the sentences most about the question first (the terms they share with it, numbers aside,
+    for their length)."""
     wanted = terms(without_facts(question))
-    stating = [(s, [q for q in quantities(s) if q.kind]) for p in passages for s in split_sentences(p) if s.strip()]
-    return sorted(((s, values) for s, values in stating if values), key=lambda x: -len(wanted & terms(x[0])))
+    stating = [(s, [q for q in quantities(s) if q.kind], i) for i, p in enumerate(passages) for s in split_sentences(p)
+               if s.strip()]
+
+    def about(sentence: str) -> float:  # shared terms, a long sentence's counting for less: "charge at 200 kW?"
+        said = terms(sentence)           # is about "charges at up to 150 kW", not a long sentence on the charge port
+        return len(wanted & said) / math.sqrt(len(said) or 1)
+
+    return sorted((x for x in stating if x[1]), key=lambda x: -about(x[0]))
 
 
-def _asked(question: str, ranked: list[tuple[str, list[Quantity]]]) -> list[Quantity]:
+def _asked(question: str, ranked: Ranked) -> list[Quantity]:
     """The question's quantities of a known kind; a lone bare number ("doing 60") takes the unit of the
     first value of the sentence most about the question."""
     asked = quantities(question)
     bare = [q for q in asked if q.unit is None]
-    if bare and len(bare) == len(asked) == 1 and ranked:
+    # a small bare number counts things ("five of us", "下一个车主"), a measured amount is spoken bare
+    # only when it is larger ("doing 60", "开到一百六")
+    if bare and len(bare) == len(asked) == 1 and ranked and bare[0].value >= MIN_BARE:
         return [Quantity(bare[0].value, ranked[0][1][0].unit, bare[0].text)]
     return [q for q in asked if q.kind]
 
 
-def _of_kind(ranked: list[tuple[str, list[Quantity]]], kind: str) -> list[tuple[str, list[Quantity]]]:
+def _of_kind(ranked: Ranked, kind: str) -> Ranked:
     """The sentences stating values of `kind` (with only those values), most about the question first."""
-    return [(s, [v for v in values if v.kind == kind]) for s, values in ranked if any(v.kind == kind for v in values)]
+    return [(s, [v for v in values if v.kind == kind], i) for s, values, i in ranked if any(v.kind == kind for v in values)]
 
 
 def comparison_note(question: str, passages: list[str], lang: str) -> str:
@@ -128,7 +142,7 @@ def comparison_note(question: str, passages: list[str], lang: str) -> str:
     notes = []
     for q in _asked(question, ranked):
         values: list[Quantity] = []
-        for _, stated in _of_kind(ranked, q.kind):
+        for _, stated, _ in _of_kind(ranked, q.kind):
             values += [v for v in stated if all(abs(v.base() - w.base()) > 1e-9 for w in values)]
         said = [_relation(q, v, lang) for v in values[:MAX_VALUES]]
         if said:
@@ -197,34 +211,43 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     if len(asked) != 1:
         return None
     q = asked[0]
-    wanted = terms(without_facts(question))
-    verdicts: dict[str, str] = {}
-    for sentence, values in _of_kind(ranked, q.kind):
-        sides, told = bounds(sentence), said_of(sentence)
-        # a list's values each belong to their own thing ("braked ... 1,500 kg, unbraked ... 750 kg"):
-        # those of the thing the question names, when it names one
-        named = [v for v in values if told.get(_key(v), set()) & wanted]
-        said: set[str] = set()
-        for v in named or values:
-            at = normalize(sentence).find(normalize(v.text))
-            if at < 0 or not _LIMIT_WORDS.search(normalize(sentence)[max(0, at - 40):at]):
-                continue
-            side = sides.get(_key(v), set()) - {None}
-            if side == {UPPER}:
-                said.add("yes" if q.base() <= v.base() else "no")
-            elif side == {LOWER}:
-                said.add("yes" if q.base() >= v.base() else "no")
-        ends = [v for v in values if sides.get(_key(v)) == {None}]
-        if not said and len(ends) == 2 and _RANGE.search(normalize(sentence)):
-            low, high = sorted(v.base() for v in ends)
-            said.add("yes" if low <= q.base() <= high else "no")
-        if said:
-            verdicts[sentence] = said.pop() if len(said) == 1 else "unclear"
-            break  # the sentence most about the question that bounds the amount decides
-    if len(verdicts) != 1 or "unclear" in verdicts.values():
+    decided = [(sentence, passage, *_verdict(q, sentence, values, terms(without_facts(question))))
+               for sentence, values, passage in _of_kind(ranked, q.kind)]
+    decided = [d for d in decided if d[2]]
+    if not decided or decided[0][2] == "unclear":
         return None
-    sentence, reply = next(iter(verdicts.items()))
+    sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
+    # another passage bounding the same kind at other values: which limit is the question's is unclear
+    # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW)
+    if any(other != passage and values != bound for _, other, _, values in decided[1:]):
+        return None
     return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
+
+
+def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str]) -> tuple[str | None, frozenset]:
+    """The reply `sentence` gives the amount `q` ("yes", "no", "unclear" when its limits disagree, None
+    when it states no limit of `q`'s kind) and the limits it holds it against."""
+    sides, told = bounds(sentence), said_of(sentence)
+    # a list's values each belong to their own thing ("braked ... 1,500 kg, unbraked ... 750 kg"): those
+    # of the thing the question names, when it names one
+    named = [v for v in values if told.get(_key(v), set()) & wanted]
+    said, used = set(), set()
+    for v in named or values:
+        at = normalize(sentence).find(normalize(v.text))
+        if at < 0 or not _LIMIT_WORDS.search(normalize(sentence)[max(0, at - 40):at]):
+            continue
+        side = sides.get(_key(v), set()) - {None}
+        if side in ({UPPER}, {LOWER}):
+            said.add("yes" if (q.base() <= v.base() if side == {UPPER} else q.base() >= v.base()) else "no")
+            used.add(v.base())
+    ends = [v for v in values if sides.get(_key(v)) == {None}]
+    if not said and len(ends) == 2 and _RANGE.search(normalize(sentence)):
+        low, high = sorted(v.base() for v in ends)
+        said.add("yes" if low <= q.base() <= high else "no")
+        used |= {low, high}
+    if not said:
+        return None, frozenset()
+    return (said.pop() if len(said) == 1 else "unclear"), frozenset(used)
 
 
 _RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d|between\s+\d[\d,.]*\s*\S*\s+and\s+\d|在\s*\d.*(?:到|至).*\d.*之间", re.I)

@@ -24,7 +24,7 @@ from app.answer.limits import Limit, comparison_note, judge_limit
 from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
                                  meant, on_topic, parts)
 from app.answer.relevance import Confidence, content_words, terms
-from app.answer.sentences import join_sentences, strip_markdown
+from app.answer.sentences import join_sentences, split_sentences, strip_markdown
 from app.answer.types import AnswerRequest, Citation
 from app.voice import VOICE_MAX_TOKENS, voice_instructions
 from knowledge.profile import AnswerProfile
@@ -41,6 +41,8 @@ _COMPOUND = re.compile(r"\b[a-z]{2,}(?:-[a-z]{2,})+\b", re.I)  # "head-up", "rea
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
 SECTION_MAX_TOKENS = 400  # a longer section gives way to its matched chunk: room for other passages
+# a section this short is written as one answer (an FAQ answer is 2-5 sentences): quotable (_answer_sized)
+ANSWER_SENTENCES = 10
 
 
 @dataclass
@@ -72,6 +74,7 @@ class AnswerPlan:
     note: str = ""  # what the prompt tells the model beside the question (limits.comparison_note)
     limit: Limit | None = None  # the reply the passages' bound gives a question about the user's amount
     known_name: Callable[[str], bool] = lambda name: False  # whether the KB writes a name anywhere
+    rarest: set[str] = field(default_factory=set)  # what the question is most specifically about (_rarest)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -194,12 +197,13 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     plan.unnamed = set(unknown)
+    plan.rarest = _rarest(places)
     if len(unknown) * 3 >= len(words):
         plan.missing_topic = set(unknown)
     # a quote speaks the KB's own words with its authority: none when the question names anything the
     # KB never does (a roof box is not the tow ball's load); the model may still answer around it
     similarity = _similarity(kb) if readable else None
-    if not unknown:
+    if not unknown and _answer_sized(kb, plan.passages[0]):
         best = plan.passages[0]
         quote = extract_answer(question, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
@@ -242,6 +246,15 @@ def _supplement(question: str, asked: list[str], passages: list[Passage], simila
         if sentence:
             out.append((part, strip_markdown(sentence).strip()))
     return out
+
+
+def _answer_sized(kb, passage: Passage) -> bool:
+    """Whether a passage was written as one answer, which its best sentences may stand in for: an FAQ
+    entry, or a section of at most ANSWER_SENTENCES sentences. The best-matching sentences of a long
+    documentation section are no answer as often as not (a config reference, a page of parameters)."""
+    if passage.faq:
+        return True
+    return len([s for s in split_sentences(kb.section_text(passage.hit)) if s.strip()]) <= ANSWER_SENTENCES
 
 
 def _written_in_kb(kb, name: str) -> bool:
@@ -289,21 +302,29 @@ def _unknown_compounds(kb, question: str) -> dict[str, str]:
     return out
 
 
+def _rarest(places: dict[str, int]) -> set[str]:
+    """What the question is most specifically about: of its topic words the KB uses, those it uses in the
+    fewest places. `places`: `_places` of the topic words."""
+    used = {t: n for t, n in places.items() if n}
+    return {t for t, n in used.items() if n == min(used.values())} if used else set()
+
+
+def names(words: set[str], text: str) -> bool:
+    """Whether a text names one of the terms `words` (an English stem as a term, Chinese as written)."""
+    return bool(words & terms(text)) or any(t in text for t in words)
+
+
 def _quotable(places: dict[str, int], question: str, passages: list[Passage]) -> bool:
     """Whether the first passage may be quoted as the answer: it names what the question is most
-    specifically about (of the question's topic words the KB uses, one it uses in the fewest places),
-    or no passage does and the question asks more than yes or no (a paraphrase: "the orange tyre light"
-    is the entry's amber symbol). "Does the car have a spare wheel?" is not answered by the lane-keeping
-    entry's "steering wheel", nor "what pressure should the spare wheel be?" by the tyre pressures when
-    the repair kit's "no spare wheel" is among the passages. `places`: `_places` of the topic words."""
-    used = {t: n for t, n in places.items() if n}
-    if not used:
+    specifically about (`_rarest`), or no passage does and the question asks more than yes or no (a
+    paraphrase: "the orange tyre light" is the entry's amber symbol). "Does the car have a spare wheel?" is
+    not answered by the lane-keeping entry's "steering wheel", nor "what pressure should the spare wheel
+    be?" by the tyre pressures when the repair kit's "no spare wheel" is among the passages."""
+    rarest = _rarest(places)
+    if not rarest:
         return True
-    fewest = min(used.values())
-    rarest = {t for t, n in used.items() if n == fewest}
-    names = [bool(rarest & terms(text) or any(t in text for t in rarest))
-             for text in (f"{p.title}\n{p.body}" for p in passages)]
-    return names[0] or not (asks_yes_no(question) or any(names))
+    named = [names(rarest, f"{p.title}\n{p.body}") for p in passages]
+    return named[0] or not (asks_yes_no(question) or any(named))
 
 
 def _similarity(kb):

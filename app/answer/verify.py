@@ -37,7 +37,7 @@ from app.answer.identifiers import stated as written_in
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
 from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out, unit_of
-from app.answer.relevance import terms
+from app.answer.relevance import term_words, terms
 from app.answer.sentences import clauses, split_sentences
 
 _REFUSAL = re.compile(
@@ -75,6 +75,9 @@ _REPLY = re.compile(r"^\s*(?:the\s+answer(?:\s+to\s+(?:this|your|the)\s+question
 # the share of a sentence's own words that must be the passages' for Verifier.grounded: a lexical support
 # measure (most of what it says is written there), the same for every KB
 MIN_GROUNDED = 0.6
+# English manner and degree adverbs by their endings ("approximately", "usually", "automatically"), not
+# "daily" or "supply"
+_MANNER = re.compile(r"(?:ately|ably|ibly|ally|ously|ively|fully|lessly|ently|antly|etely|ingly)$")
 _PRONOUN = re.compile(r"\s*(?:it|its|they|their|this|these|those|he|she)\b|\s*(?:它|其|这|该)", re.I)
 # "Can I tow 2,000 kg?": a yes says the driver's number is within what the passages allow
 _YES = re.compile(r"yes|是的|是|对|可以|能|会|需要|没错", re.I)
@@ -161,7 +164,8 @@ class Verifier:
     def check(self, sentence: str) -> Check:
         facts = extract_facts(sentence)
         said = terms(sentence)
-        own = terms(without_facts(sentence)) - {"answe"}  # what the sentence is about, its facts taken out
+        # what the sentence is about: its words less its facts and manner adverbs ("approximately")
+        own = {t for t, w in term_words(without_facts(sentence)).items() if not _MANNER.search(w)} - {"answe"}
         off_topic = sorted(m for m in self.missing if _shares_stem(said, m))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
@@ -414,8 +418,8 @@ class Verifier:
         facts taken out) must share a term with a source sentence that states the number."""
         if fact.kind != "number":
             return True
-        if len(own) < 2:  # "The answer is 290.": the number is said about what the question asks
-            own = self.question_terms
+        if len(own) < 2 or own <= self.question_terms:  # "The answer is 290.", "You are 30 cm from the wall.":
+            own = self.question_terms  # the number is said of what the question asks about
         if not own:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
