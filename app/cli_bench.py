@@ -242,7 +242,7 @@ def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: floa
 @click.option("--questions", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Question file (JSONL: question, lang, answerable, expected, facts, wrong, reply); default: the "
                    "sample KB's knowledge/samples/answer_questions.jsonl.")
-@click.option("--domain", help="An answer-eval domain (aurora, flask, debian-install, or a folder with a "
+@click.option("--domain", help="An answer-eval domain (a folder name under knowledge/samples/evals, or any folder with a "
                                "domain.json): its documents are the KB and --split its questions.")
 @click.option("--split", type=click.Choice(SPLITS), default="dev", show_default=True,
               help="With --domain: the question split. Held-out answers are summarised, never listed.")

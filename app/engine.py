@@ -50,5 +50,6 @@ class Engine:
                    cancel: threading.Event | None = None) -> GroundedGeneration:
         """The model's answer to a plan, checked sentence by sentence (iterate it on the accelerator)."""
         s = self.settings
-        return GroundedGeneration(self.llm, plan, sampling or SamplingParams(repetition_penalty=s.default_repetition_penalty),
-                                  stop=stop, cancel=cancel, passage_kv=self.passage_kv, prompt_lookup=s.prompt_lookup)
+        sampling = sampling or SamplingParams(repetition_penalty=s.default_repetition_penalty)
+        return GroundedGeneration(self.llm, plan, sampling, stop=stop, cancel=cancel, passage_kv=self.passage_kv,
+                                  prompt_lookup=s.prompt_lookup)

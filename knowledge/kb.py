@@ -137,8 +137,9 @@ class KnowledgeBase:
         try:
             return AnswerProfile.model_validate_json(stored)
         except ValidationError as e:  # written by this class, so only a hand-edited database gets here
-            raise KnowledgeBaseCorruptError(f"the answer profile stored in {self.dir} is not valid: "
-                                            f"{e.errors()[0]['msg']}; set it again with `hexrag kb profile --set`") from None
+            raise KnowledgeBaseCorruptError(
+                f"the answer profile stored in {self.dir} is not valid: {e.errors()[0]['msg']}; "
+                "set it again with `hexrag kb profile --set`") from None
 
     def set_profile(self, profile: AnswerProfile | None) -> None:
         """Store `profile`; None: back to the defaults."""

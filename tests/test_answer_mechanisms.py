@@ -30,7 +30,8 @@ def _reply(question: str, passage: str) -> str | None:
 
 
 @pytest.mark.parametrize("question, passage, reply", [
-    ("We're off skiing. Is it alright to keep doing 60 with chains on?", CHAINS, "no"),  # a bare number: the bound's unit
+    # a bare number takes the bound's unit
+    ("We're off skiing. Is it alright to keep doing 60 with chains on?", CHAINS, "no"),
     ("Can I drive at 30 mph with chains?", CHAINS, "yes"),  # 30 mph = 48 km/h
     ("My mate's trailer is about 1,200 kilos with brakes. Can the car pull that?", TOWING, "yes"),  # the braked one
     ("Can I tow 2000 kg?", TOWING, "no"),  # above both
@@ -232,7 +233,8 @@ def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():
     text, grounding = _generate(_Says("Flask raises `UploadTooBig` then. Set MAX_CONTENT_LENGTH to limit the size of "
                                       "uploads."), "How do I limit upload sizes?", UPLOADS)
     assert text == "Set MAX_CONTENT_LENGTH to limit the size of uploads."
-    assert grounding.decision == "answered" and "left out" in grounding.reason and "UploadTooBig" in grounding.unsupported
+    assert grounding.decision == "answered" and "left out" in grounding.reason
+    assert "UploadTooBig" in grounding.unsupported
     # what comes after a left-out sentence and speaks of it goes too: nothing is left, so nothing is said
     text, grounding = _generate(_Says("Call `app.limit_uploads()`. It sets the size of uploads."),
                                 "How do I limit upload sizes?", UPLOADS)

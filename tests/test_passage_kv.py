@@ -122,7 +122,8 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     assert assistant.passage_kv.computed == kept[0] and assistant.passage_kv.hits > kept[1]  # from memory
     assert "800-555-0199" in first.text and "800-555-0199" in again.text
     # a new conversation: the instructions' kept rows are placed as well, not prefilled again
-    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile)), [])
+    one_question = with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile))
+    instructions = passage_prompt(assistant.llm, one_question, [])
     assistant.llm.decoder.reset()
     fresh = assistant.answer("Which number do I call for roadside assistance?")
     assert fresh.timings["placed_tokens"] == again.timings["placed_tokens"] + len(instructions.prefix)
@@ -142,7 +143,8 @@ def test_answers_place_the_instructions_rows_without_passage_kv(smollm_build, mi
 
     kb = shutil.copytree(sample_kb, tmp_path / "kb")
     assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb))
-    instructions = passage_prompt(assistant.llm, with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile)), [])
+    one_question = with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile))
+    instructions = passage_prompt(assistant.llm, one_question, [])
     question = "What is the roadside assistance phone number?"
     first = assistant.answer(question)
     assistant.llm.decoder.reset()

@@ -176,8 +176,8 @@ class Fact:
 
 # digit groups joined by "-" or ".", or by spaces after "+" or a group of three ("800 555 0199", "+44 20 7946
 # 0958"): a table row's numbers ("4584 1316 5900", "85 19 104") are no phone number
-_PHONE = re.compile(r"(?<![0-9A-Za-z.])(?:\+?\d{2,4}(?:[.-]\d{2,4}){2,4}|(?:\+\d{1,4}|(?<![\d+])\d{3})(?:[\s.-]\d{2,4}){2,4})"
-                    r"(?![0-9A-Za-z])")
+_PHONE = re.compile(r"(?<![0-9A-Za-z.])(?:\+?\d{2,4}(?:[.-]\d{2,4}){2,4}"
+                    r"|(?:\+\d{1,4}|(?<![\d+])\d{3})(?:[\s.-]\d{2,4}){2,4})(?![0-9A-Za-z])")
 # letters and digits in one word: "CCS2", "R18", "P0A80" (a digit run with a unit is a number instead)
 _CODE = re.compile(r"(?<![0-9A-Za-z])(?=[A-Za-z0-9-]*\d)[A-Za-z][A-Za-z0-9]*(?:-?[A-Za-z0-9]+)*(?![0-9A-Za-z])")
 # a sign is part of the value: "above minus 10 degrees" is not "above 10 degrees" ("4-6 years" is a range)

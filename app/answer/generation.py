@@ -268,7 +268,8 @@ class GroundedGeneration:
     def _repairable(self) -> bool:
         """Whether a refusal is worth a second answer: the first passage is about the question."""
         plan = self.plan
-        return not self.cancel.is_set() and bool(plan.passages) and on_topic(plan.question, f"{plan.passages[0].title}\n{plan.passages[0].body}")
+        first = plan.passages[0] if plan.passages else None
+        return not self.cancel.is_set() and first is not None and on_topic(plan.question, f"{first.title}\n{first.body}")
 
     def _complete(self, released: list[Check], verifier: Verifier):
         """What the model's answer left out, in the passages' words: for each part of a several-part

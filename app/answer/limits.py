@@ -46,8 +46,8 @@ _KINDS: dict[str, dict[str, float]] = {
 }
 _KIND_OF = {unit: kind for kind, units in _KINDS.items() for unit in units}
 # data sizes and clock rates, which the fact reader leaves as bare numbers: "780MB", "4 gigs", "8G 内存"
-_DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(kb|kib|kilobytes?)|(mb|mib|megabytes?|megs?|兆)|(gb|gib|gigabytes?|gigs?|g)"
-                   r"|(tb|tib|terabytes?)|(mhz)|(ghz))(?![a-z])", re.I)
+_DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(kb|kib|kilobytes?)|(mb|mib|megabytes?|megs?|兆)"
+                   r"|(gb|gib|gigabytes?|gigs?|g)|(tb|tib|terabytes?)|(mhz)|(ghz))(?![a-z])", re.I)
 _DATA_UNITS = ("kb", "mb", "gb", "tb", "mhz", "ghz")
 MAX_VALUES = 4  # passage values compared: the question's sentence-mates first
 MIN_BARE = 10  # a bare number this large in a question is an amount (_asked)
@@ -131,7 +131,8 @@ def _asked(question: str, ranked: Ranked) -> list[Quantity]:
 
 def _of_kind(ranked: Ranked, kind: str) -> Ranked:
     """The sentences stating values of `kind` (with only those values), most about the question first."""
-    return [(s, [v for v in values if v.kind == kind], i) for s, values, i in ranked if any(v.kind == kind for v in values)]
+    return [(s, [v for v in values if v.kind == kind], i) for s, values, i in ranked
+            if any(v.kind == kind for v in values)]
 
 
 def comparison_note(question: str, passages: list[str], lang: str) -> str:
@@ -151,9 +152,9 @@ def comparison_note(question: str, passages: list[str], lang: str) -> str:
 
 
 # asking whether the user's amount is allowed, possible or enough: a yes says it is within the bound
-_WITHIN = re.compile(r"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+(?:ok|okay|alright|all\s+right|"
-                     r"safe|possible|fine|enough|allowed|legal)|will|would|does|do|is|are)\b|可以|能不能|能|够不够|够吗|行不行|行吗",
-                     re.I)
+_WITHIN = re.compile(r"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+"
+                     r"(?:ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal)|will|would|does|do|is|are)\b"
+                     r"|可以|能不能|能|够不够|够吗|行不行|行吗", re.I)
 # "is 2,000 kg too much?", "is it over the limit?": a yes says the amount is beyond the bound
 _BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b|太|超|低于|高于",
                      re.I)
@@ -189,9 +190,9 @@ def _within(part: str) -> bool:
 # a bound that says what may be done or what is needed ("up to 1,500 kg", "do not exceed", "at least 780MB"),
 # not a condition ("children under 150 cm must ...", "when you drive above 10 km/h"): only a limit decides
 # whether the user's amount is allowed
-_LIMIT_WORDS = re.compile(r"(?:\bup\s+to|\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bnot?\s+(?:\w+\s+){0,2}?\w+er\s+than|\bat\s+least|"
-                          r"\bminimum\b|\bmin\b|不超过|不得超过|最多|最高|最大|以内|之内|至少|最低|最少|不低于|不少于)[^.,;:!?，。；：！？]*$",
-                          re.I)
+_LIMIT_WORDS = re.compile(r"(?:\bup\s+to|\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bnot?\s+(?:\w+\s+){0,2}?\w+er\s+than"
+                          r"|\bat\s+least|\bminimum\b|\bmin\b|不超过|不得超过|最多|最高|最大|以内|之内|至少|最低|最少|不低于|不少于)"
+                          r"[^.,;:!?，。；：！？]*$", re.I)
 
 
 def judge_limit(question: str, passages: list[str]) -> Limit | None:
@@ -250,7 +251,8 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
     return (said.pop() if len(said) == 1 else "unclear"), frozenset(used)
 
 
-_RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d|between\s+\d[\d,.]*\s*\S*\s+and\s+\d|在\s*\d.*(?:到|至).*\d.*之间", re.I)
+_RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d|between\s+\d[\d,.]*\s*\S*\s+and\s+\d"
+                    r"|在\s*\d.*(?:到|至).*\d.*之间", re.I)
 
 
 def _key(q: Quantity) -> str:

@@ -398,8 +398,8 @@ class Verifier:
         wanted = about | self.question_terms
         # the place as the sentence writes it: a menu path's words ("在中控屏上打开“设置”→…") are not in s.terms
         # a stem's longer or shorter spelling names it too: the driver's "dash" is the dashboard
-        return any(all(_shares_stem(terms(s.text), t) for t in place.key) and (s.asked or (s.terms - place.key) & wanted)
-                   for s in self.place_sources)
+        return any(all(_shares_stem(terms(s.text), t) for t in place.key)
+                   and (s.asked or (s.terms - place.key) & wanted) for s in self.place_sources)
 
     def _affirmed(self, rest: str) -> bool:
         """A yes says that what the driver asks is so: the question's words the sentence repeats must all
