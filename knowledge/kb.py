@@ -131,7 +131,8 @@ class KnowledgeBase:
     # ---- the answer profile (knowledge/profile.py): stored with the KB, read by the answer layer
     @property
     def profile(self) -> AnswerProfile:
-        stored = self.store.get_meta(PROFILE_KEY)
+        with self._lock:
+            stored = self.store.get_meta(PROFILE_KEY)
         if stored is None:
             return AnswerProfile()
         try:

@@ -672,10 +672,10 @@ def _lacks(kb, question: str, passages) -> dict[str, str]:
 
 def _quotes(kb, question: str, passages) -> bool:
     """Whether plan_answer may quote the first passage, on its rarest-word test."""
-    from app.answer.plan import _places, _quotable, _topic_words
+    from app.answer.plan import _places, _quotable, _rarest, _topic_words
 
     # a car KB's profile lists "car" among the words every question may use (aurora_profile.json)
-    return _quotable(_places(kb, _topic_words(question, {"car"})), question, passages)
+    return _quotable(_rarest(_places(kb, _topic_words(question, {"car"}))), question, passages)
 
 
 def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():

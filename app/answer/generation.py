@@ -131,16 +131,15 @@ class GroundedGeneration:
         if plan.refusal is not None:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
-        if plan.direct:
-            for sentence in split_sentences(plan.direct):
-                yield from self._emit(sentence)
-            verifier = Verifier([p.body for p in plan.passages], plan.question)
-            return self._finish("stop", 0, self._grounding(
-                "extractive", "the passages' bound on the amount the question states answers it: their reply and "
-                "sentence are said as they are", [verifier.check(plan.direct)], []))
         verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
                             plan.missing_topic, plan.unnamed, [f"{p.title}\n{p.body}" for p in plan.passages],
                             expected_reply=plan.limit.reply if plan.limit else None, known_name=plan.known_name)
+        if plan.direct:
+            for sentence in split_sentences(plan.direct):
+                yield from self._emit(sentence)
+            return self._finish("stop", 0, self._grounding(
+                "extractive", "the passages' bound on the amount the question states answers it: their reply and "
+                "sentence are said as they are", [verifier.check(plan.direct)], []))
         need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
         gen, stop = self._generate(placed=self._placed(), draft=self.draft)
         draft = yield from self._checked(gen, stop, verifier, need_number)
@@ -269,7 +268,8 @@ class GroundedGeneration:
         """Whether a refusal is worth a second answer: the first passage is about the question."""
         plan = self.plan
         first = plan.passages[0] if plan.passages else None
-        return not self.cancel.is_set() and first is not None and on_topic(plan.question, f"{first.title}\n{first.body}")
+        return (not self.cancel.is_set() and first is not None
+                and on_topic(plan.question, f"{first.title}\n{first.body}"))
 
     def _complete(self, released: list[Check], verifier: Verifier):
         """What the model's answer left out, in the passages' words: for each part of a several-part

@@ -64,8 +64,9 @@ def identifiers(text: str) -> list[Fact]:
     proper = len(spans)
     for m in _PROPER.finditer(text):
         add(m.start(), m.end(), m.group(0))
-    return [Fact("identifier" if i < proper else "proper", key(written), written)
-            for i, (_, _, written) in enumerate(spans) if key(written)]
+    keyed = [("identifier" if i < proper else "proper", key(written), written)
+             for i, (_, _, written) in enumerate(spans)]
+    return [Fact(kind, looked_up, written) for kind, looked_up, written in keyed if looked_up]
 
 
 def key(written: str) -> str:

@@ -209,7 +209,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         # quoted only from a passage about what the question asks, and only if it states the kind of
         # value asked for: a faithful quote of the wrong entry is still a wrong answer
         if (on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote)
-                and _quotable(places, question, plan.passages)):
+                and _quotable(plan.rarest, question, plan.passages)):
             plan.extractive = quote
     if len(asked) > 1:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
@@ -314,13 +314,12 @@ def names(words: set[str], text: str) -> bool:
     return bool(words & terms(text)) or any(t in text for t in words)
 
 
-def _quotable(places: dict[str, int], question: str, passages: list[Passage]) -> bool:
+def _quotable(rarest: set[str], question: str, passages: list[Passage]) -> bool:
     """Whether the first passage may be quoted as the answer: it names what the question is most
     specifically about (`_rarest`), or no passage does and the question asks more than yes or no (a
     paraphrase: "the orange tyre light" is the entry's amber symbol). "Does the car have a spare wheel?" is
     not answered by the lane-keeping entry's "steering wheel", nor "what pressure should the spare wheel
     be?" by the tyre pressures when the repair kit's "no spare wheel" is among the passages."""
-    rarest = _rarest(places)
     if not rarest:
         return True
     named = [names(rarest, f"{p.title}\n{p.body}") for p in passages]

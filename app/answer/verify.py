@@ -84,6 +84,8 @@ _YES = re.compile(r"yes|是的|是|对|可以|能|会|需要|没错", re.I)
 # a threshold told from its other side: "up to 10 minutes before the parking brake takes over"
 _OTHER_SIDE = re.compile(r"\b(?:before|until|till|then|after\s+(?:which|that)|beyond\s+that|otherwise)\b|"
                          r"之前|以前|之后|然后|否则", re.I)
+
+
 @dataclass
 class _Source:
     index: FactIndex

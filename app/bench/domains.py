@@ -77,9 +77,7 @@ def _files(paths: list[Path]) -> list[Path]:
 def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
     """A fresh copy of the domain's knowledge base (the caller removes it), ingested into the cache
     on first use for this embedder and these documents."""
-    from knowledge import KnowledgeBase
-
-    from knowledge import AnswerProfile
+    from knowledge import AnswerProfile, KnowledgeBase
 
     domain = Domain.load(folder)
     documents = [(folder / d).resolve() for d in domain.documents]
@@ -91,8 +89,8 @@ def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
             raise BenchError(f"domain {folder.name}: its profile {domain.profile} cannot be used: {e}") from None
     digest = hashlib.sha256(embedder.model_id.encode())
     # the documents, and the code that reads and chunks them: a loader's fix makes a new KB
-    readers = sorted(Path(str(resources.files("knowledge"))).glob("loaders/*.py")) + [
-        Path(str(resources.files("knowledge") / "chunking.py"))]
+    package = Path(str(resources.files("knowledge")))
+    readers = [*sorted(package.glob("loaders/*.py")), package / "chunking.py"]
     for f in [*_files(documents), *readers]:
         digest.update(f.name.encode() + hashlib.sha256(f.read_bytes()).digest())
     cached = home.cache_dir() / "eval-kbs" / f"{folder.name}-{digest.hexdigest()[:16]}"
