@@ -107,7 +107,8 @@ def overloaded(retry_after: int, status: int = 429) -> APIError:
 
 # validation errors raised on purpose carry their own code; among a union's per-branch errors the
 # one that is not a plain type mismatch with another branch says what is wrong
-_CODED = {"unsupported_parameter": "unsupported_parameter", "invalid_text": "invalid_request"}
+_CODED = {"unsupported_parameter": "unsupported_parameter", "invalid_text": "invalid_request",
+          "missing_content": "invalid_request", "only_tool_messages": "invalid_request"}
 _NAME = re.compile(r"^\w+$")  # drops pydantic's union tags ("list[ContentPart]") from locations
 
 
@@ -115,7 +116,13 @@ def _invalid(errors: list[dict]) -> APIError:
     first = (next((e for e in errors if e.get("type") in _CODED), None)
              or next((e for e in errors if not str(e.get("type", "")).endswith("_type")), None)
              or (errors[0] if errors else {}))
-    loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body" and (isinstance(p, int) or _NAME.match(p)))
+    if first.get("type") == "json_invalid":  # its location is a character offset, not a field
+        where = first.get("loc", ("body", "?"))[-1]
+        return APIError(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', 'decode error')} "
+                             f"at character {where}", "invalid_request")
+    # a check over a whole object names the field it is about in its context
+    path = (*first.get("loc", ()), *([first["ctx"]["field"]] if "field" in first.get("ctx", {}) else []))
+    loc = ".".join(str(p) for p in path if p != "body" and (isinstance(p, int) or _NAME.match(p)))
     return APIError(400, f"{loc or 'request'}: {first.get('msg', 'invalid request')}",
                     _CODED.get(first.get("type"), "invalid_request"), param=loc or None)
 
@@ -123,8 +130,21 @@ def _invalid(errors: list[dict]) -> APIError:
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
+def _allowed_methods(request) -> str:
+    """The methods some route of the request's path answers (each method tried against the routes: a
+    path's routes may sit in several routers)."""
+    from starlette.routing import Match
+
+    methods = {"OPTIONS"}
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            methods.add(method)
+    return ", ".join(sorted(methods))
+
+
 def install(app) -> None:
-    from fastapi import Request
+    from fastapi import Request, Response
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -142,10 +162,15 @@ def install(app) -> None:
         return _invalid(list(e.errors())).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException):
-        # keeps the framework's headers: a 405 says which methods are allowed
+    async def _http(request: Request, e: StarletteHTTPException):
+        headers = dict(e.headers or {})
+        if e.status_code == 405:  # the framework names the first route of the path only: name them all
+            allowed = _allowed_methods(request)
+            if request.method == "OPTIONS":
+                return Response(status_code=204, headers={"Allow": allowed})
+            headers["Allow"] = allowed
         return APIError(e.status_code, str(e.detail), _HTTP_CODES.get(e.status_code, "http_error"),
-                        headers=dict(e.headers or {})).response()
+                        headers=headers).response()
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, e: Exception):

@@ -62,15 +62,18 @@ class KnowledgeWriter:
         with self._lock:
             return self._jobs.get(job_id)
 
-    def submit_ingest(self, kb: KnowledgeBase, staged: list[tuple[Path, str]]) -> IngestJob:
-        """Queue the ingest of staged uploads ((staged file, name) pairs); 429 past max_pending jobs."""
+    def submit_ingest(self, kb: KnowledgeBase, staged: list[tuple[Path, str]],
+                      refused: list[FileFailure] = ()) -> IngestJob:
+        """Queue the ingest of staged uploads ((staged file, name) pairs) beside the upload's files
+        refused before staging (they are reported as failed); 429 past max_pending jobs."""
         with self._lock:
             pending = sum(j.status in ("queued", "running") for j in self._jobs.values())
             if pending >= self.max_pending:
                 raise APIError(429, f"{pending} uploads are waiting to be ingested; retry later", "overloaded",
                                type_="server_busy", headers={"Retry-After": "5"})
-            job = IngestJob(id=f"kbjob-{uuid.uuid4().hex[:24]}", files=[name for _, name in staged],
-                            created_at=int(time.time()))
+            job = IngestJob(id=f"kbjob-{uuid.uuid4().hex[:24]}",
+                            files=[name for _, name in staged] + [f.file for f in refused],
+                            created_at=int(time.time()), failed=list(refused))
             self._jobs[job.id] = job
             finished = [i for i, j in self._jobs.items() if j.finished_at is not None]
             for old in finished[:max(0, len(finished) - KEEP_FINISHED)]:
@@ -93,7 +96,7 @@ class KnowledgeWriter:
 
     def _run(self, job: IngestJob, kb: KnowledgeBase, staged: list[tuple[Path, str]]) -> None:
         job = self._set(job, status="running")
-        result = {"added": [], "updated": [], "unchanged": [], "failed": [], "chunks": 0}
+        result = {"added": [], "updated": [], "unchanged": [], "failed": list(job.failed), "chunks": 0}
         error = None
         internal = False
         try:

@@ -47,6 +47,6 @@ def create_app(settings: Settings | None = None, load: bool = True) -> FastAPI:
     for router in (models.router, chat.router, embeddings.router):
         app.include_router(router, responses=v1)
     # the statuses the knowledge handlers return
-    app.include_router(knowledge.router, responses=v1 | openapi.errors_doc(400, 404, 413, 415, 429))
+    app.include_router(knowledge.router, responses=v1 | openapi.errors_doc(400, 404, 413, 429))
     openapi.document(app)
     return app

@@ -14,7 +14,6 @@ _WHY = {
          "`host_not_allowed`)",
     404: "Unknown model or document (code `model_not_found`, `document_not_found`)",
     413: "Request body too large (code `request_too_large`, `file_too_large`)",
-    415: "Unsupported file type (code `unsupported_file_type`)",
     429: "Too many requests already wait for the accelerator or for an ingest (code `overloaded`, with Retry-After)",
     503: "Models loading or unavailable, or the wait for the accelerator timed out (with Retry-After)",
 }

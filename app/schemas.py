@@ -1,5 +1,8 @@
 """Request and response bodies of the OpenAI-compatible API (plus hexrag's extensions).
 
+Bodies are validated as their JSON schema reads: "5" is no number and 1 no boolean (pydantic's strict
+mode), while 5.0 is the integer 5 (as in JSON Schema).
+
 OpenAI fields hexrag cannot honour are declared with the only values it accepts (what clients send
 by default), so the OpenAPI document says so and any other value is refused with the error code
 `unsupported_parameter` instead of being silently ignored.
@@ -9,7 +12,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WrapValidator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WrapValidator,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
 MAX_EMBEDDING_INPUTS = 256  # texts per embeddings request
@@ -27,6 +31,15 @@ def _unicode(text: str) -> str:
 Text = Annotated[str, AfterValidator(_unicode)]
 
 
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def Int(**bounds) -> Any:
+    """An integer, strictly, but as in JSON Schema 5.0 is one; `bounds` as Field's (ge=..., le=...)."""
+    return Annotated[int, Field(**bounds), BeforeValidator(_integral)]
+
+
 def unsupported(allowed: Any, why: str) -> Any:
     """`allowed` (the harmless values) or a validation error of type `unsupported_parameter`."""
 
@@ -40,15 +53,27 @@ def unsupported(allowed: Any, why: str) -> Any:
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore")
     type: unsupported(Literal["text"], "content other than text (images, audio, files)")
     text: Text | None = None
 
 
+# As in OpenAI's API, only an assistant's message may come without content (it may have called a tool)
+_CONTENT_REQUIRED = {"if": {"properties": {"role": {"not": {"const": "assistant"}}}},
+                     "then": {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}}}
+
+
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", json_schema_extra=_CONTENT_REQUIRED)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[ContentPart] | None = None
+
+    @model_validator(mode="after")
+    def _content(self) -> ChatMessage:
+        if self.content is None and self.role != "assistant":
+            raise PydanticCustomError("missing_content", "a {role} message needs content (only an assistant's "
+                                      "may be null)", {"role": self.role, "field": "content"})
+        return self
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -57,19 +82,20 @@ class ChatMessage(BaseModel):
 
 
 class KnowledgeOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    k: int = Field(default=4, ge=1, le=20)
+    model_config = ConfigDict(strict=True, extra="forbid")
+    k: Int(ge=1, le=20) = 4
     mode: Literal["dense", "bm25", "hybrid"] = "hybrid"
     min_score: float | None = Field(default=None, allow_inf_nan=False)
     sources: list[Text] | None = None
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore")
     include_usage: bool = False
 
 
 class TextFormat(BaseModel):
+    model_config = ConfigDict(strict=True)
     type: Literal["text"]
 
 
@@ -77,18 +103,30 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else (stop or [])
 
 
+# hexrag calls no tools, so tool results are left out of its prompts: they alone are no conversation
+_NOT_ONLY_TOOLS = {"contains": {"properties": {"role": {"not": {"const": "tool"}}}}}
+
+
+def _not_only_tools(messages: list[ChatMessage]) -> list[ChatMessage]:
+    if all(m.role == "tool" for m in messages):
+        raise PydanticCustomError("only_tool_messages", "give at least one message that is not a tool result "
+                                  "(hexrag calls no tools)")
+    return messages
+
+
 class ChatRequest(BaseModel):
     # other unknown fields (user, metadata, store, ...) change nothing about the answer: ignored
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore")
     model: Text = "hexrag"
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    messages: Annotated[list[ChatMessage], AfterValidator(_not_only_tools)] = Field(
+        min_length=1, json_schema_extra=_NOT_ONLY_TOOLS)
+    max_tokens: Int(ge=1) | None = None
+    max_completion_tokens: Int(ge=1) | None = None
     temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
     top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: Int(ge=0) | None = None
     repetition_penalty: float | None = Field(default=None, ge=0.01, le=10, allow_inf_nan=False)
-    seed: int | None = Field(default=None, description="Any integer; taken modulo 2**64 (so -1 is valid).")
+    seed: Int() | None = Field(default=None, description="Any integer; taken modulo 2**64 (so -1 is valid).")
     stop: Annotated[Text | Annotated[list[Text], Field(max_length=4)] | None, AfterValidator(_stops)] = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -119,7 +157,7 @@ def _texts(value: str | list[str]) -> list[str]:
 
 
 class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore")
     model: Text | None = None
     input: Annotated[Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)],
                      AfterValidator(_texts)] = Field(description="A string or a non-empty list of strings "
@@ -129,8 +167,8 @@ class EmbeddingRequest(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid")
     query: Text = Field(min_length=1)
-    k: int = Field(default=5, ge=1, le=50)
+    k: Int(ge=1, le=50) = 5
     mode: Literal["dense", "bm25", "hybrid"] = "hybrid"
     min_score: float | None = Field(default=None, allow_inf_nan=False)

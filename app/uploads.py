@@ -3,6 +3,7 @@ folder only when their ingest succeeds (a failed re-upload puts the previous fil
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -35,18 +36,27 @@ def too_large(limit: int) -> APIError:
 
 
 def safe_name(filename: str | None) -> str:
-    """A plain file name (no directories, no dot-files) of at most NAME_BYTES in UTF-8, or a 4xx:
-    uploads never escape the KB folder. Longer names are cut at a character, keeping the suffix."""
+    """A plain file name (no directories, no dot-files) of at most NAME_BYTES in UTF-8, or a 400:
+    uploads never escape the KB folder. A longer name is cut at a character, keeping its suffix, and
+    ends in a short hash of the whole name, so two long names that share their start stay two files."""
     name = unicodedata.normalize("NFC", (filename or "").strip())
     if not name or "/" in name or "\\" in name or name in (".", "..") or not _SAFE.match(name):
         raise APIError(400, f"invalid file name {filename!r}: use letters, digits, spaces and . _ - ( ) +",
                        "invalid_filename", param="file")
+    if len(name.encode()) <= NAME_BYTES:
+        return name
     suffix = Path(name).suffix
-    if suffix.lower() not in ALLOWED:
-        raise APIError(415, f"unsupported file type {suffix or '(none)'}; allowed: {', '.join(sorted(ALLOWED))}",
-                       "unsupported_file_type", param="file")
-    room = NAME_BYTES - len(suffix.encode())
-    return Path(name).stem.encode()[:room].decode(errors="ignore").rstrip() + suffix
+    tag = "~" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    room = NAME_BYTES - len(suffix.encode()) - len(tag)
+    return Path(name).stem.encode()[:room].decode(errors="ignore").rstrip() + tag + suffix
+
+
+def unsupported(name: str) -> str | None:
+    """Why a file of this name is not ingested, or None when its type is one the loaders read."""
+    suffix = Path(name).suffix
+    if suffix.lower() in ALLOWED:
+        return None
+    return f"unsupported file type {suffix or '(none)'}; allowed: {', '.join(sorted(ALLOWED))}"
 
 
 async def read_form_files(request: Request, limit: int) -> list[UploadFile]:

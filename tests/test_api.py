@@ -281,7 +281,7 @@ def test_upload_search_list_delete(server, tmp_path):
 
 @pytest.mark.parametrize("name,status,code", [
     ("../evil.md", 400, "invalid_filename"), ("..", 400, "invalid_filename"), (".hidden.md", 400, "invalid_filename"),
-    ("a/b.md", 400, "invalid_filename"), ("tool.exe", 415, "unsupported_file_type"),
+    ("a/b.md", 400, "invalid_filename"),
 ])
 def test_upload_names_never_escape_the_kb(server, sample_kb, name, status, code):
     r = httpx.post(server.url + "/v1/knowledge/documents", files={"files": (name, b"hello", "text/plain")}, timeout=30)

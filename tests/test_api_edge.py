@@ -227,10 +227,40 @@ def test_an_unexpected_failure_mid_stream_is_an_internal_error_event(api, monkey
     assert chat(api).status_code == 200  # the accelerator is free again
 
 
-def test_method_not_allowed_keeps_the_allow_header(api):
+def test_method_not_allowed_names_every_method_of_the_path(api):
     r = api.get("/v1/chat/completions")
     assert_error(r, 405, "method_not_allowed")
-    assert r.headers["allow"] == "POST"
+    assert r.headers["allow"] == "OPTIONS, POST"
+    r = api.put("/v1/knowledge/documents")
+    assert_error(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "DELETE, GET, OPTIONS, POST"
+    r = api.options("/v1/knowledge/documents")
+    assert r.status_code == 204 and r.headers["allow"] == "DELETE, GET, OPTIONS, POST"
+
+
+@pytest.mark.parametrize("messages,param,words", [
+    ([{"role": "user", "content": None}], "messages.0.content", "user message needs content"),
+    ([{"role": "user"}], "messages.0.content", "user message needs content"),
+    ([HI[0], {"role": "tool", "content": None}], "messages.1.content", "tool message needs content"),
+    ([{"role": "tool", "content": "42"}], "messages", "not a tool result"),
+])
+def test_messages_a_conversation_cannot_hold_are_400_naming_the_field(api, messages, param, words):
+    r = chat(api, messages=messages)
+    assert_error(r, 400, "invalid_request", param)
+    assert words in r.json()["error"]["message"]
+
+
+def test_an_assistant_message_may_have_no_content(api):
+    r = chat(api, messages=[{"role": "assistant", "content": None}, *HI])
+    assert r.status_code == 200, r.text
+
+
+def test_truncated_json_says_where_the_body_breaks(api):
+    r = raw(api, "/v1/chat/completions", '{"model": "hexrag", "messages": [{"role": "us')
+    assert_error(r, 400, "invalid_request")
+    err = r.json()["error"]
+    assert err["param"] is None and err["message"].startswith("the body is not valid JSON")
+    assert "character" in err["message"]
 
 
 def test_openapi_documents_the_real_statuses(api):
@@ -247,7 +277,12 @@ def test_openapi_documents_the_real_statuses(api):
     assert "HTTPValidationError" not in spec["components"]["schemas"]
     props = spec["components"]["schemas"]["ChatRequest"]["properties"]
     assert props["n"]["const"] == 1 and "Not supported" in props["tools"]["description"]
-    assert set(spec["paths"]["/v1/knowledge/documents"]["post"]["responses"]) >= {"400", "413", "415"}
+    documents = spec["paths"]["/v1/knowledge/documents"]
+    assert set(documents["post"]["responses"]) >= {"400", "413"}
+    upload = documents["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert upload["required"] == ["files"] and upload["properties"]["files"]["minItems"] == 1
+    assert [p["name"] for p in documents["delete"]["parameters"] if p["required"]] == ["source"]
+    assert spec["paths"]["/v1/knowledge/documents/{doc_id}"]["delete"]["parameters"][0]["required"]
     assert "503" in spec["paths"]["/health"]["get"]["responses"]
 
 

@@ -74,12 +74,40 @@ def test_failed_reupload_keeps_the_good_file(srv):
     assert uploads_on_disk(srv) == ["notes.md"] and str(srv.kb / "uploads" / "broken.md") not in rows(srv)
 
 
-def test_long_names_are_cut_to_a_safe_length(srv):
+def test_long_names_are_cut_to_a_safe_length_and_stay_apart(srv):
     job = ingest(srv, ("€" * 87 + ".md", NOTES_V1))  # 264 bytes: longer than any file system allows
     assert job["status"] == "succeeded", job
     (name,) = job["files"]
-    assert name.endswith(".md") and len(name.encode()) <= 143 and set(name[:-3]) == {"€"}
+    assert name.endswith(".md") and len(name.encode()) <= 143 and name.startswith("€" * 40)
     assert (srv.kb / "uploads" / name).read_bytes() == NOTES_V1
+    # a second long name with the same start is another file, not a new version of the first
+    other = b"# Mirrors\n\nThe mirrors fold in when the car locks.\n"
+    job = ingest(srv, ("€" * 88 + ".md", other))
+    (other_name,) = job["files"]
+    assert job["added"] and not job["updated"] and other_name != name and len(other_name.encode()) <= 143
+    assert (srv.kb / "uploads" / name).read_bytes() == NOTES_V1
+    assert (srv.kb / "uploads" / other_name).read_bytes() == other
+    # the same long name again is the same document
+    assert ingest(srv, ("€" * 87 + ".md", NOTES_V1))["unchanged"]
+
+
+@pytest.mark.parametrize("bad", [0, 1, 2])
+def test_each_file_of_an_upload_ends_on_its_own(srv, bad):
+    """A file of a type no loader reads, first, middle or last, fails alone; the others are ingested."""
+    files = [(f"part{bad}-{i}.md", f"# Part {i}\n\nNote {i} of upload {bad}.\n".encode()) for i in range(3)]
+    files[bad] = (f"tool{bad}.exe", b"MZ\x90\x00")
+    job = ingest(srv, *files)
+    assert job["status"] == "failed" and job["error"]["code"] == "ingest_failed", job
+    assert sorted(job["files"]) == sorted(name for name, _ in files)
+    assert [f["file"] for f in job["failed"]] == [f"tool{bad}.exe"]
+    assert "unsupported file type" in job["failed"][0]["reason"]
+    assert len(job["added"]) == 2 and f"tool{bad}.exe" not in uploads_on_disk(srv)
+
+
+def test_a_second_file_of_the_same_name_fails_alone(srv):
+    job = ingest(srv, ("twin.md", NOTES_V1), ("twin.md", b"# Other\n\nOther text.\n"))
+    assert [f["file"] for f in job["failed"]] == ["twin.md"] and "has this name" in job["failed"][0]["reason"]
+    assert (srv.kb / "uploads" / "twin.md").read_bytes() == NOTES_V1
 
 
 @pytest.mark.parametrize("source,status,code", [
@@ -107,6 +135,15 @@ def test_delete_by_id_or_exact_source_removes_the_upload(srv):
     assert first not in rows(srv) and second not in rows(srv)
     assert "first.md" not in uploads_on_disk(srv) and "second.md" not in uploads_on_disk(srv)
     assert delete(srv, id=docs[first]).status_code == 404
+
+
+def test_delete_by_id_in_the_path(srv):
+    (source,) = ingest(srv, ("by-path.md", b"# Path\n\nDeleted by its id in the path.\n"))["added"]
+    docs = httpx.get(srv.url + "/v1/knowledge/documents").json()["data"]
+    doc_id = next(d["id"] for d in docs if d["source"] == source)
+    r = httpx.delete(f"{srv.url}/v1/knowledge/documents/{doc_id}", timeout=60)
+    assert r.status_code == 200 and r.json()["deleted"][0]["source"] == source and source not in rows(srv)
+    assert httpx.delete(f"{srv.url}/v1/knowledge/documents/{doc_id}", timeout=60).status_code == 404
 
 
 @pytest.mark.parametrize("headers,code", [

@@ -85,7 +85,15 @@ class _Completion:
         return f"data: {json.dumps(body)}\n\n"
 
 
-_STREAM_DOC = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+# Open API 3.1 has an event stream's schema describe each event (its fields); an event's data is a
+# chunk or an error as JSON text, or the closing [DONE]
+_EVENT = {"type": "object", "required": ["data"], "properties": {"data": {"anyOf": [
+    {"const": "[DONE]"},
+    {"type": "string", "contentMediaType": "application/json", "contentSchema": {"anyOf": [
+        {"type": "object", "required": ["id", "object", "choices"],
+         "properties": {"object": {"const": "chat.completion.chunk"}, "choices": {"type": "array"}}},
+        {"$ref": "#/components/schemas/ErrorResponse"}]}}]}}}
+_STREAM_DOC = {"content": {"text/event-stream": {"schema": _EVENT}},
                "description": "A chat.completion object, or with `stream: true` server-sent events: "
                               "chat.completion.chunk objects, an `error` object if the generation fails, "
                               "then `[DONE]`."}

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from app.deps import Ready, check_api_key
 from app.errors import APIError
-from app.jobs import IngestJob
+from app.jobs import FileFailure, IngestJob
 from app.schemas import SearchRequest
-from app.uploads import read_form_files, remove_upload, safe_name, stage
+from app.state import AppState
+from app.uploads import ALLOWED, MAX_FILES, read_form_files, remove_upload, safe_name, stage, unsupported
 from knowledge import DocumentRecord, KnowledgeBase, UnknownDocumentError
 
 router = APIRouter(prefix="/v1/knowledge", dependencies=[Depends(check_api_key)])
@@ -30,7 +29,17 @@ class Deleted(BaseModel):
     deleted: list[DocumentRef]
 
 
-@router.post("/documents", status_code=202)
+# the handler reads the multipart body itself (within the size limit), so its shape is declared here
+_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["files"],
+    "properties": {"files": {"type": "array", "minItems": 1, "maxItems": MAX_FILES,
+                             "items": {"type": "string", "format": "binary"},
+                             "description": "The files to ingest, each named with one of: "
+                                            + ", ".join(sorted(ALLOWED))}},
+}}}}}
+
+
+@router.post("/documents", status_code=202, openapi_extra=_UPLOAD_BODY)
 async def upload_documents(request: Request, state: Ready, response: Response) -> IngestJob:
     """Stage the files, answer 202 with an ingest job at once; GET /v1/knowledge/jobs/{id} follows it."""
     limit = state.settings.max_upload_bytes
@@ -38,9 +47,15 @@ async def upload_documents(request: Request, state: Ready, response: Response) -
     staged: list[tuple[Path, str]] = []
     try:
         names = [safe_name(f.filename) for f in files]  # validate all before writing any
-        for upload, name in zip(files, names):
-            staged.append((await stage(upload, state.kb.dir, limit), name))
-        job = state.writer.submit_ingest(state.kb, staged)
+        # a file of a type no loader reads, or a second file of one name, fails alone in the job, like a
+        # file that fails to parse
+        refused: list[FileFailure] = []
+        for i, (upload, name) in enumerate(zip(files, names)):
+            if why := unsupported(name) or (name in names[:i] and "another file of this upload has this name"):
+                refused.append(FileFailure(file=name, reason=why))
+            else:
+                staged.append((await stage(upload, state.kb.dir, limit), name))
+        job = state.writer.submit_ingest(state.kb, staged, refused)
     except BaseException:
         for path, _ in staged:
             path.unlink(missing_ok=True)
@@ -99,10 +114,31 @@ def _delete(kb: KnowledgeBase, source: str | None, doc_id: int | None) -> Docume
     return doc
 
 
-@router.delete("/documents")
-async def delete_document(state: Ready, source: str | None = None,
-                          doc_id: Annotated[int | None, Query(alias="id")] = None) -> Deleted:
-    """Delete one document, by its id or its exact source as listed; an upload's file goes too."""
+# `?id=N` is still taken by the handler below, as before the route by path; the document names the query's
+# one documented parameter as required, as a request without it is refused
+_SOURCE_PARAM = {"parameters": [{
+    "name": "source", "in": "query", "required": True,
+    "description": "A document's exact source as GET /v1/knowledge/documents lists it (not a folder or prefix)",
+    "schema": {"type": "string", "pattern": r"^[^\u0000]*[^/\s\u0000]$"}}]}
+
+
+@router.delete("/documents", openapi_extra=_SOURCE_PARAM)
+async def delete_document(request: Request, state: Ready) -> Deleted:
+    """Delete one document by its exact source as listed; an upload's file goes too."""
+    query = request.query_params
+    doc_id = query.get("id")
+    if doc_id is not None and not doc_id.lstrip("-").isdigit():
+        raise APIError(400, f"id: not an integer: {doc_id!r}", "invalid_request", param="id")
+    return await _deleted(state, query.get("source"), None if doc_id is None else int(doc_id))
+
+
+@router.delete("/documents/{doc_id}")
+async def delete_document_by_id(doc_id: int, state: Ready) -> Deleted:
+    """Delete one document by its id; an upload's file goes too."""
+    return await _deleted(state, None, doc_id)
+
+
+async def _deleted(state: AppState, source: str | None, doc_id: int | None) -> Deleted:
     doc = await state.writer.run(_delete, state.kb, source, doc_id)
     return Deleted(deleted=[DocumentRef(id=doc.id, source=doc.source, name=doc.name)])
 
