@@ -194,12 +194,10 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @_friendly
 def serve(**options) -> None:
     """Start the OpenAI-compatible chat server (models load in the background; /health says when ready)."""
-    import uvicorn
     from pydantic import ValidationError
 
     from app.bundle import bundle_settings
     from app.device import settle
-    from app.main import create_app
 
     try:
         settings = given_settings(**options)
@@ -213,7 +211,29 @@ def serve(**options) -> None:
     settings, choice = bundle_settings(settings.bundle, settings) if settings.bundle else settle(settings)
     click.echo(choice.line(), err=True)
     click.echo(f"hexrag: serving on http://{settings.host}:{settings.port}/ (OpenAI API under /v1)", err=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    _run_server(settings, "info")
+
+
+def _run_server(settings, log_level: str) -> None:
+    """Serve until stopped. A model or KB that fails its check at start-up ends the process with a
+    one-line error and exit 1, so a supervisor sees it; on SIGTERM, open streams get a few seconds to
+    end and a running ingest stops at its next step."""
+    import uvicorn
+
+    from app.main import create_app
+
+    failure: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def stop(why: str) -> None:
+        failure.append(why)
+        server.should_exit = True
+
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, on_failure=stop), host=settings.host,
+                                           port=settings.port, log_level=log_level, timeout_graceful_shutdown=3))
+    server.run()
+    if failure:
+        raise click.ClickException(f"start-up failed: {failure[0]}")
 
 
 # ---- quick start ------------------------------------------------------------------------
@@ -252,14 +272,10 @@ def quickstart(models_dir: Path | None, kb: Path | None, question: str, port: in
     click.echo(f"[first sentence after {answer.first_sentence_s * 1000:.0f} ms on {backend}]", err=True)
     if no_serve:
         return
-    import uvicorn
-
-    from app.main import create_app
-
     del assistant  # the server loads its own copies
     click.echo(f"\nhexrag is serving: open http://127.0.0.1:{port}/ in a browser, or point an OpenAI client at "
                f"http://127.0.0.1:{port}/v1 (Ctrl-C stops)", err=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=port, log_level="warning")
+    _run_server(settings, "warning")
 
 
 for _command in [*BUILD_COMMANDS, *KNOWLEDGE_COMMANDS, *CHAT_COMMANDS, *BENCH_COMMANDS, *DEVICE_COMMANDS]:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from app.errors import APIError
 from app.uploads import ingest_staged
-from knowledge import KnowledgeBase, KnowledgeError
+from knowledge import IngestCancelled, KnowledgeBase, KnowledgeError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,6 +57,7 @@ class KnowledgeWriter:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="kb-writer")
         self._jobs: dict[str, IngestJob] = {}  # insertion order = age
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # set by close: the running ingest stops at its next step
 
     def get(self, job_id: str) -> IngestJob | None:
         with self._lock:
@@ -86,7 +87,10 @@ class KnowledgeWriter:
         return await asyncio.wrap_future(self._pool.submit(fn, *args))
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)  # staged files are cleared at the next start
+        """Drop the queued jobs (their staged files are cleared at the next start) and stop the running
+        ingest at its next embedder call or commit; returns once it has, the KB whole."""
+        self._stopping.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _set(self, job: IngestJob, **changes) -> IngestJob:
         # a new object per change: a reader never sees a half-updated job
@@ -102,7 +106,10 @@ class KnowledgeWriter:
         try:
             for path, name in staged:  # one file's failure, whatever it is, never drops the others
                 try:
-                    report = ingest_staged(kb, path, name)
+                    report = ingest_staged(kb, path, name, self._stopping)
+                except IngestCancelled:
+                    result["failed"].append(FileFailure(file=name, reason="the server stopped during its ingest"))
+                    break
                 except KnowledgeError as e:
                     result["failed"].append(FileFailure(file=name, reason=getattr(e, "reason", str(e))))
                     continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from fastapi import FastAPI
 
@@ -17,18 +18,20 @@ from app.settings import Settings
 from app.state import AppState
 
 
-def create_app(settings: Settings | None = None, load: bool = True) -> FastAPI:
+def create_app(settings: Settings | None = None, load: bool = True,
+               on_failure: Callable[[str], None] | None = None) -> FastAPI:
+    """`on_failure` hears why, should loading the models or the KB fail (else /health says it)."""
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         state = AppState(settings, Accelerator(settings.max_queue, settings.queue_timeout_s),
-                         KnowledgeWriter(settings.max_pending_uploads))
+                         KnowledgeWriter(settings.max_pending_uploads), on_failure=on_failure)
         app.state.hexrag = state
         # /health answers 503 while this runs, so clients can wait for readiness
         loading = asyncio.get_running_loop().run_in_executor(None, state.load) if load else None
         yield
-        state.writer.close()
+        await asyncio.to_thread(state.writer.close)  # a running ingest stops at its next step
         if loading is not None:
             await loading
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.accelerator import Accelerator
@@ -24,6 +25,7 @@ class AppState:
     error: str | None = None
     engine: Engine | None = None  # set once loaded
     started: float = field(default_factory=time.time)
+    on_failure: Callable[[str], None] | None = None  # told why when loading fails (`serve` exits with it)
 
     def load(self) -> None:
         """Load models and the knowledge base (runs on a background thread at start-up)."""
@@ -45,9 +47,11 @@ class AppState:
             self.engine = engine
             self.status = "ready"
             log.info("ready")
-        except Exception as e:  # reported by /health; the server stays up to say why
+        except Exception as e:  # reported by /health, and to whoever started the server
             log.error("start-up failed: %s", e)
             self.status, self.error = "error", str(e)
+            if self.on_failure is not None:
+                self.on_failure(str(e))
 
     # what the routers use of the engine (None until it has loaded)
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer
@@ -103,12 +104,19 @@ class Chunker:
         return [len(e.ids) for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     # -- public
-    def chunk(self, doc: ParsedDocument) -> list[Chunk]:
+    def chunk(self, doc: ParsedDocument, between: Callable[[], None] | None = None) -> list[Chunk]:
+        """`between` is called between sections and token counts (it may raise to stop a long document)."""
         spans: list[tuple[tuple[str, ...], str | None, int, int]] = []
         for section in doc.sections:
+            if between is not None:
+                between()
             spans.extend(self._section_spans(doc.text, section, context_path(doc.title, section.heading)))
         texts = [self.embed_text(context_path(doc.title, h), doc.text[s:e]) for h, _, s, e in spans]
-        counts = self.count(texts)
+        counts: list[int] = []
+        for start in range(0, len(texts), 1024):
+            if between is not None:
+                between()
+            counts += self.count(texts[start:start + 1024])
         return [Chunk(i, h, doc.text[s:e], s, e, entry, t, n + self.specials,
                       place_text(doc.title, h, entry, doc.text[s:e]))
                 for i, ((h, entry, s, e), t, n) in enumerate(zip(spans, texts, counts))]

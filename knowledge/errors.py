@@ -39,6 +39,10 @@ class KnowledgeBaseBusyError(KnowledgeError):
     """Another process kept the vector-index lock longer than the wait allows."""
 
 
+class IngestCancelled(KnowledgeError):
+    """The ingest was asked to stop (a server shutting down): what it committed before stays, whole."""
+
+
 class EmptyDocumentError(IngestError):
     """A file that parses but holds no text to index (a page of links, a scanned PDF): skipped, not failed."""
 

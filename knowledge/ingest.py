@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import stat
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from knowledge.chunking import Chunk
-from knowledge.errors import EmptyDocumentError, IngestError
+from knowledge.errors import EmptyDocumentError, IngestCancelled, IngestError
 from knowledge.loaders import is_supported, load_document
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 EMBED_BATCH_CHUNKS = 256  # chunks of several small files share embedder batches (no half-empty [B, L] runs)
+CANCEL_EVERY = 64  # chunks embedded between looks at the cancel flag: a stop waits well under a second
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a file is read and parsed whole in memory: bigger ones are refused
 
 
@@ -130,7 +132,8 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
     return data, info
 
 
-def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int) -> _Pending | None:
+def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int,
+             cancel: threading.Event | None = None) -> _Pending | None:
     """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
     data, info = read_regular(path, max_bytes)
     content_hash = hashlib.sha256(data).hexdigest()
@@ -139,7 +142,7 @@ def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int) -> _Pendi
     if existing and existing.content_hash == content_hash and existing.chunker == chunker.signature:
         return None
     doc = load_document(path, data)
-    chunks = chunker.chunk(doc)
+    chunks = chunker.chunk(doc, between=lambda: _stop_if(cancel))
     if not chunks:
         raise EmptyDocumentError(path)
     fields = {"source": str(path), "name": name, "kind": doc.kind, "title": doc.title, "content_hash": content_hash,
@@ -161,20 +164,30 @@ def place_vectors(embedder, places: list[str], vectors: np.ndarray) -> np.ndarra
     return out
 
 
-def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> None:
-    """Embed what the pending documents need (in shared batches), then commit them one by one."""
+def _stop_if(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise IngestCancelled("the ingest was stopped")
+
+
+def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport,
+           cancel: threading.Event | None = None) -> None:
+    """Embed what the pending documents need (in shared batches), then commit them one by one. A
+    cancel stops it between embedder calls or commits: a document is committed whole or not at all."""
     todo = [(p, i, c.embed_text) for p in pending for i, c in enumerate(p.chunks) if c.hash not in p.reusable]
-    embedded = kb.embedder.embed([t for _, _, t in todo]) if todo else None
     for p in pending:
         p.vectors = np.zeros((len(p.chunks), kb.dim), np.float32)
         for i, c in enumerate(p.chunks):
             if c.hash in p.reusable:
                 p.vectors[i] = np.frombuffer(p.reusable[c.hash][0], "<f4")
-    if embedded is not None:
-        for (p, i, _), v, cut in zip(todo, embedded.vectors, embedded.truncated):
+    for start in range(0, len(todo), CANCEL_EVERY):
+        _stop_if(cancel)
+        part = todo[start:start + CANCEL_EVERY]
+        embedded = kb.embedder.embed([t for _, _, t in part])
+        for (p, i, _), v, cut in zip(part, embedded.vectors, embedded.truncated):
             p.vectors[i] = v
             report.truncated += cut
-        report.embedded += len(todo)
+    report.embedded += len(todo)
+    _stop_if(cancel)
     # places: reused with their chunk's vector where the previous version has them, else embedded
     # (in one batch over the pending documents)
     fresh = [(p, i) for p in pending for i, c in enumerate(p.chunks) if p.reusable.get(c.hash, (None, None))[1] is None]
@@ -188,13 +201,14 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport) -> 
     for (p, i), v in zip(fresh, place_vectors(kb.embedder, [p.chunks[i].place for p, i in fresh], own)):
         p.places[i] = v
     for p in pending:
+        _stop_if(cancel)
         kb.commit_document(p.fields, p.chunks, p.vectors, p.places)
         (report.updated if p.is_update else report.added).append(p.fields["source"])
         report.chunks += len(p.chunks)
 
 
 def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True, prune: bool = True,
-               max_file_bytes: int = MAX_FILE_BYTES) -> IngestReport:
+               max_file_bytes: int = MAX_FILE_BYTES, cancel: threading.Event | None = None) -> IngestReport:
     started = time.perf_counter()
     report = IngestReport()
     files, roots, report.failed, report.skipped = discover(paths, exclude=kb.dir.resolve())
@@ -202,8 +216,9 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
     size = 0
     bar = tqdm(files, unit="file", disable=not progress or len(files) < 2, desc="ingest", leave=False)
     for path, name in bar:
+        _stop_if(cancel)
         try:
-            item = _prepare(kb, path, name, max_file_bytes)
+            item = _prepare(kb, path, name, max_file_bytes, cancel)
         except EmptyDocumentError as e:  # as with a failure, an earlier version of the file stays
             log.warning("skipped %s: no text to index", e.path)
             report.empty.append(e.path)
@@ -218,9 +233,9 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
         pending.append(item)
         size += sum(c.hash not in item.reusable for c in item.chunks)
         if size >= EMBED_BATCH_CHUNKS:
-            _flush(kb, pending, report)
+            _flush(kb, pending, report, cancel)
             pending, size = [], 0
-    _flush(kb, pending, report)
+    _flush(kb, pending, report, cancel)
     if prune:  # files that disappeared from an ingested folder leave the KB too
         seen = {str(p) for p, _ in files}
         for doc in kb.list_documents():

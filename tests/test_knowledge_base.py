@@ -370,10 +370,10 @@ def test_an_upload_job_goes_on_after_a_file_fails_in_any_way(tmp_path, embedder,
             staged.append((staging / name, name))
         real = jobs.ingest_staged
 
-        def flaky(kb, path, name):
+        def flaky(kb, path, name, cancel=None):
             if name == "bad.md":
                 raise MemoryError("a parser's resource limit")
-            return real(kb, path, name)
+            return real(kb, path, name, cancel)
 
         monkeypatch.setattr(jobs, "ingest_staged", flaky)
         writer = jobs.KnowledgeWriter(max_pending=2)
