@@ -138,6 +138,29 @@ def bench_lookup(llm, embedder, kb, questions, limit, widths, as_json) -> None:
     _echo_json(result) if as_json else click.echo(format_lookup(result))
 
 
+@bench.command("ingest-load")
+@click.option("--llm", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="LLM model directory the server loads.")
+@click.option("--embedder", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Embedder model directory.")
+@click.option("--kb", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Knowledge base to start from (copied; never written).")
+@click.option("--megabytes", default=5.0, show_default=True, help="Size of the markdown file uploaded.")
+@click.option("--idle-s", default=30.0, show_default=True, help="Seconds measured on the idle server first.")
+@click.option("--question", help="What the searches and chats ask (default: a heading of the KB's own).")
+@click.option("--threads", type=int, help="The server's CPU threads (default: its own).")
+@click.option("--work-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Keep the KB copy and the server log here (default: a temp folder, removed).")
+@_json
+@_friendly
+def bench_ingest_load(as_json, **options) -> None:
+    """Search latency, a RAG chat's TTFT and /health while a large upload is ingested, beside idle."""
+    from app.bench.ingest_load import IngestLoadOptions, format_report, run_ingest_load
+
+    report = run_ingest_load(IngestLoadOptions(**options), progress=lambda line: click.echo(line, err=True))
+    click.echo(report.model_dump_json(indent=2) if as_json else format_report(report))
+
+
 @bench.command("soak")
 @click.option("--llm", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="LLM model directory the server loads.")

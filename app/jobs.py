@@ -16,6 +16,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from app.errors import APIError
+from app.priority import Foreground
 from app.uploads import ingest_staged
 from knowledge import IngestCancelled, KnowledgeBase, KnowledgeError
 
@@ -52,12 +53,14 @@ class IngestJob(BaseModel):
 
 
 class KnowledgeWriter:
-    def __init__(self, max_pending: int):
+    def __init__(self, max_pending: int, foreground: Foreground | None = None):
+        """`foreground`: the interactive requests an ingest yields to between its steps."""
         self.max_pending = max_pending
+        self._foreground = foreground
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="kb-writer")
         self._jobs: dict[str, IngestJob] = {}  # insertion order = age
         self._lock = threading.Lock()
-        self._stopping = threading.Event()  # set by close: the running ingest stops at its next step
+        self._stopping = threading.Event()  # set by close: the running ingest stops at its next checkpoint
 
     def get(self, job_id: str) -> IngestJob | None:
         with self._lock:
@@ -88,9 +91,16 @@ class KnowledgeWriter:
 
     def close(self) -> None:
         """Drop the queued jobs (their staged files are cleared at the next start) and stop the running
-        ingest at its next embedder call or commit; returns once it has, the KB whole."""
+        ingest at its next checkpoint; returns once it has, the KB whole."""
         self._stopping.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _checkpoint(self) -> None:
+        """Between an ingest's steps: stop when closing, else let answers and searches go first."""
+        if self._foreground is not None:
+            self._foreground.wait_quiet(self._stopping)
+        if self._stopping.is_set():
+            raise IngestCancelled("the server is stopping")
 
     def _set(self, job: IngestJob, **changes) -> IngestJob:
         # a new object per change: a reader never sees a half-updated job
@@ -106,7 +116,7 @@ class KnowledgeWriter:
         try:
             for path, name in staged:  # one file's failure, whatever it is, never drops the others
                 try:
-                    report = ingest_staged(kb, path, name, self._stopping)
+                    report = ingest_staged(kb, path, name, self._checkpoint)
                 except IngestCancelled:
                     result["failed"].append(FileFailure(file=name, reason="the server stopped during its ingest"))
                     break

@@ -7,9 +7,9 @@ import hashlib
 import os
 import re
 import shutil
-import threading
 import unicodedata
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import Request, UploadFile
@@ -108,7 +108,8 @@ async def stage(upload: UploadFile, kb_dir: Path, limit: int) -> Path:
     return staged
 
 
-def ingest_staged(kb: KnowledgeBase, staged: Path, name: str, cancel: threading.Event | None = None) -> IngestReport:
+def ingest_staged(kb: KnowledgeBase, staged: Path, name: str,
+                  checkpoint: Callable[[], None] | None = None) -> IngestReport:
     """Move a staged file to uploads/<name> for its ingest (a document's source is its final path) and
     keep it only if the ingest succeeds; otherwise the previous file of that name, set aside in the
     staging folder meanwhile, is put back. Runs on the KB's writer thread, so nothing else writes there."""
@@ -120,7 +121,7 @@ def ingest_staged(kb: KnowledgeBase, staged: Path, name: str, cancel: threading.
     os.replace(staged, target)
     report = None
     try:
-        report = kb.ingest([target], progress=False, prune=False, cancel=cancel)
+        report = kb.ingest([target], progress=False, prune=False, checkpoint=checkpoint)
         return report
     finally:
         if report is not None and report.ok and not report.empty:

@@ -113,10 +113,10 @@ class Chunker:
             spans.extend(self._section_spans(doc.text, section, context_path(doc.title, section.heading)))
         texts = [self.embed_text(context_path(doc.title, h), doc.text[s:e]) for h, _, s, e in spans]
         counts: list[int] = []
-        for start in range(0, len(texts), 1024):
+        for start in range(0, len(texts), 256):
             if between is not None:
                 between()
-            counts += self.count(texts[start:start + 1024])
+            counts += self.count(texts[start:start + 256])
         return [Chunk(i, h, doc.text[s:e], s, e, entry, t, n + self.specials,
                       place_text(doc.title, h, entry, doc.text[s:e]))
                 for i, ((h, entry, s, e), t, n) in enumerate(zip(spans, texts, counts))]

@@ -10,8 +10,8 @@ import hashlib
 import logging
 import os
 import stat
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from knowledge.chunking import Chunk
-from knowledge.errors import EmptyDocumentError, IngestCancelled, IngestError
+from knowledge.errors import EmptyDocumentError, IngestError
 from knowledge.loaders import is_supported, load_document
 
 if TYPE_CHECKING:
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 EMBED_BATCH_CHUNKS = 256  # chunks of several small files share embedder batches (no half-empty [B, L] runs)
-CANCEL_EVERY = 64  # chunks embedded between looks at the cancel flag: a stop waits well under a second
+# chunks embedded between checkpoints: one embedder batch or two, tens of milliseconds of work, so an
+# answer or a search that an ingest yields to, or a stop that ends it, waits no longer than that
+STEP_CHUNKS = 8
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a file is read and parsed whole in memory: bigger ones are refused
 
 
@@ -132,8 +134,7 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
     return data, info
 
 
-def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int,
-             cancel: threading.Event | None = None) -> _Pending | None:
+def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int, checkpoint: Checkpoint) -> _Pending | None:
     """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
     data, info = read_regular(path, max_bytes)
     content_hash = hashlib.sha256(data).hexdigest()
@@ -142,7 +143,7 @@ def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int,
     if existing and existing.content_hash == content_hash and existing.chunker == chunker.signature:
         return None
     doc = load_document(path, data)
-    chunks = chunker.chunk(doc, between=lambda: _stop_if(cancel))
+    chunks = chunker.chunk(doc, between=checkpoint)
     if not chunks:
         raise EmptyDocumentError(path)
     fields = {"source": str(path), "name": name, "kind": doc.kind, "title": doc.title, "content_hash": content_hash,
@@ -164,30 +165,31 @@ def place_vectors(embedder, places: list[str], vectors: np.ndarray) -> np.ndarra
     return out
 
 
-def _stop_if(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise IngestCancelled("the ingest was stopped")
+Checkpoint = Callable[[], None]  # called between steps; it may block (yield) or raise IngestCancelled (stop)
 
 
-def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport,
-           cancel: threading.Event | None = None) -> None:
-    """Embed what the pending documents need (in shared batches), then commit them one by one. A
-    cancel stops it between embedder calls or commits: a document is committed whole or not at all."""
+def _noop() -> None:
+    pass
+
+
+def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport, checkpoint: Checkpoint) -> None:
+    """Embed what the pending documents need (in shared batches), then commit them one by one, with a
+    checkpoint between embedder calls and commits: a document is committed whole or not at all."""
     todo = [(p, i, c.embed_text) for p in pending for i, c in enumerate(p.chunks) if c.hash not in p.reusable]
     for p in pending:
         p.vectors = np.zeros((len(p.chunks), kb.dim), np.float32)
         for i, c in enumerate(p.chunks):
             if c.hash in p.reusable:
                 p.vectors[i] = np.frombuffer(p.reusable[c.hash][0], "<f4")
-    for start in range(0, len(todo), CANCEL_EVERY):
-        _stop_if(cancel)
-        part = todo[start:start + CANCEL_EVERY]
+    for start in range(0, len(todo), STEP_CHUNKS):
+        checkpoint()
+        part = todo[start:start + STEP_CHUNKS]
         embedded = kb.embedder.embed([t for _, _, t in part])
         for (p, i, _), v, cut in zip(part, embedded.vectors, embedded.truncated):
             p.vectors[i] = v
             report.truncated += cut
     report.embedded += len(todo)
-    _stop_if(cancel)
+    checkpoint()
     # places: reused with their chunk's vector where the previous version has them, else embedded
     # (in one batch over the pending documents)
     fresh = [(p, i) for p in pending for i, c in enumerate(p.chunks) if p.reusable.get(c.hash, (None, None))[1] is None]
@@ -201,14 +203,14 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport,
     for (p, i), v in zip(fresh, place_vectors(kb.embedder, [p.chunks[i].place for p, i in fresh], own)):
         p.places[i] = v
     for p in pending:
-        _stop_if(cancel)
+        checkpoint()
         kb.commit_document(p.fields, p.chunks, p.vectors, p.places)
         (report.updated if p.is_update else report.added).append(p.fields["source"])
         report.chunks += len(p.chunks)
 
 
 def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True, prune: bool = True,
-               max_file_bytes: int = MAX_FILE_BYTES, cancel: threading.Event | None = None) -> IngestReport:
+               max_file_bytes: int = MAX_FILE_BYTES, checkpoint: Checkpoint = _noop) -> IngestReport:
     started = time.perf_counter()
     report = IngestReport()
     files, roots, report.failed, report.skipped = discover(paths, exclude=kb.dir.resolve())
@@ -216,9 +218,9 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
     size = 0
     bar = tqdm(files, unit="file", disable=not progress or len(files) < 2, desc="ingest", leave=False)
     for path, name in bar:
-        _stop_if(cancel)
+        checkpoint()
         try:
-            item = _prepare(kb, path, name, max_file_bytes, cancel)
+            item = _prepare(kb, path, name, max_file_bytes, checkpoint)
         except EmptyDocumentError as e:  # as with a failure, an earlier version of the file stays
             log.warning("skipped %s: no text to index", e.path)
             report.empty.append(e.path)
@@ -233,9 +235,9 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
         pending.append(item)
         size += sum(c.hash not in item.reusable for c in item.chunks)
         if size >= EMBED_BATCH_CHUNKS:
-            _flush(kb, pending, report, cancel)
+            _flush(kb, pending, report, checkpoint)
             pending, size = [], 0
-    _flush(kb, pending, report, cancel)
+    _flush(kb, pending, report, checkpoint)
     if prune:  # files that disappeared from an ingested folder leave the KB too
         seen = {str(p) for p, _ in files}
         for doc in kb.list_documents():

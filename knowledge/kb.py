@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -179,14 +180,15 @@ class KnowledgeBase:
 
     # ---- writing
     def ingest(self, paths: str | Path | list[str | Path], progress: bool = True, prune: bool = True,
-               max_file_bytes: int = MAX_FILE_BYTES, cancel: threading.Event | None = None) -> IngestReport:
+               max_file_bytes: int = MAX_FILE_BYTES, checkpoint: Callable[[], None] | None = None) -> IngestReport:
         """Add new files, replace changed ones, skip unchanged ones; with `prune`, forget files that
         disappeared from an ingested folder. Unreadable files, files that are not regular files and
         files over `max_file_bytes` are reported in `failed`, not raised.
 
         Searches go on meanwhile: files are read and embedded outside the lock searches take, and each
         document is committed (SQLite, then the index) under it, so a search sees it whole or not at all.
-        Setting `cancel` stops it within an embedder call with IngestCancelled; what it committed stays."""
+        `checkpoint` is called between steps (a file, a few embedder batches, a commit): it may block, to
+        yield to interactive work, or raise IngestCancelled to stop; what was committed stays."""
         with self._writing:
             embedder = self._need_embedder()
             with self._lock:
@@ -195,7 +197,7 @@ class KnowledgeBase:
                 self._vectors.current()
             try:
                 return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune,
-                                  max_file_bytes, cancel)
+                                  max_file_bytes, checkpoint or (lambda: None))
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
                 self.save_index()
 

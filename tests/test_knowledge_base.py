@@ -370,10 +370,10 @@ def test_an_upload_job_goes_on_after_a_file_fails_in_any_way(tmp_path, embedder,
             staged.append((staging / name, name))
         real = jobs.ingest_staged
 
-        def flaky(kb, path, name, cancel=None):
+        def flaky(kb, path, name, checkpoint=None):
             if name == "bad.md":
                 raise MemoryError("a parser's resource limit")
-            return real(kb, path, name, cancel)
+            return real(kb, path, name, checkpoint)
 
         monkeypatch.setattr(jobs, "ingest_staged", flaky)
         writer = jobs.KnowledgeWriter(max_pending=2)
@@ -388,6 +388,34 @@ def test_an_upload_job_goes_on_after_a_file_fails_in_any_way(tmp_path, embedder,
         assert {f.file: f.reason for f in done.failed} == {"bad.md": "internal error; see the server log",
                                                           "links.html": "no text to index"}
         assert done.status == "failed" and done.error.code == "internal_error"
+
+
+def test_an_upload_ingest_waits_while_interactive_requests_run(tmp_path, embedder):
+    """An upload's ingest yields to answers and searches in flight between its steps (each step waits
+    at most a while, so steady traffic slows it but cannot stop it), and goes on once they end."""
+    import time
+
+    from app.jobs import KnowledgeWriter
+    from app.priority import MAX_YIELD_S, Foreground
+    from app.uploads import staging_dir
+
+    foreground = Foreground()
+    with KnowledgeBase.open(tmp_path / "kb", embedder) as kb:
+        staging = staging_dir(kb.dir)
+        staging.mkdir(parents=True, exist_ok=True)
+        (staging / "note.md").write_text("# Note\n\nA note to ingest.\n")
+        writer = KnowledgeWriter(max_pending=2, foreground=foreground)
+        foreground.enter()
+        job = writer.submit_ingest(kb, [(staging / "note.md", "note.md")])
+        time.sleep(MAX_YIELD_S / 2)
+        assert writer.get(job.id).status == "running" and kb.list_documents() == []
+        foreground.exit()
+        started = time.monotonic()
+        while writer.get(job.id).finished_at is None:
+            assert time.monotonic() - started < MAX_YIELD_S, "the ingest went on waiting after the request ended"
+            time.sleep(0.02)
+        writer.close()
+        assert writer.get(job.id).status == "succeeded" and [d.name for d in kb.list_documents()] == ["note.md"]
 
 
 def test_searches_do_not_wait_for_an_ingest(tmp_path, embedder, monkeypatch):

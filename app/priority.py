@@ -1,0 +1,54 @@
+"""Interactive work first: the requests a user waits on (answers, searches, embeddings) are counted
+while in flight, and background work (an upload's ingest) yields to them between its steps.
+
+On a device the ingest and the answer share the same cores (or NPU): without this, a large upload
+slows every answer by the ingest's share of the machine for as long as it runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+MAX_YIELD_S = 2.0  # a step waits at most this long, so an ingest still moves under steady traffic
+POLL_S = 0.02
+
+
+class Foreground:
+    def __init__(self) -> None:
+        self._active = 0
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        return self._active > 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self._active += 1
+
+    def exit(self) -> None:
+        with self._lock:
+            self._active -= 1
+
+    def wait_quiet(self, stop: threading.Event, max_wait_s: float = MAX_YIELD_S) -> None:
+        """Block while interactive work is in flight (at most `max_wait_s`, or until `stop` is set)."""
+        deadline = time.monotonic() + max_wait_s
+        while self.active and not stop.is_set() and time.monotonic() < deadline:
+            stop.wait(POLL_S)
+
+
+class ForegroundRequests:
+    """ASGI middleware: a request to one of `paths` is foreground work until its response has been
+    sent whole (a stream: until its last event)."""
+
+    def __init__(self, app, foreground: Foreground, paths: tuple[str, ...]):
+        self.app, self.foreground, self.paths = app, foreground, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            return await self.app(scope, receive, send)
+        self.foreground.enter()
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self.foreground.exit()
