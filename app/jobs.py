@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -67,7 +67,7 @@ class KnowledgeWriter:
             return self._jobs.get(job_id)
 
     def submit_ingest(self, kb: KnowledgeBase, staged: list[tuple[Path, str]],
-                      refused: list[FileFailure] = ()) -> IngestJob:
+                      refused: Sequence[FileFailure] = ()) -> IngestJob:
         """Queue the ingest of staged uploads ((staged file, name) pairs) beside the upload's files
         refused before staging (they are reported as failed); 429 past max_pending jobs."""
         with self._lock:
