@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from models.manifest import TargetBuild, TargetSpec
 from runtime.errors import RuntimeModelError
-from runtime.options import log_severity
+from runtime.options import log_severity, thread_options
 
 EP_NAME = "QNNExecutionProvider"
 
@@ -118,9 +118,7 @@ def provider_options(*, soc_model: int | None = None, htp_arch: int | None = Non
 def session_options(provider_opts: dict[str, str], *, log_level: str | int = "error",
                     threads: int | None = None, config: dict[str, str] | None = None) -> ort.SessionOptions:
     """SessionOptions with the QNN EP added for its device(s) and CPU fallback disabled; the host
-    thread pool as runtime.session.thread_options sets it (no spinning: it idles while HTP runs)."""
-    from runtime.session import thread_options
-
+    thread pool as runtime.options.thread_options sets it (no spinning: it idles while HTP runs)."""
     so = ort.SessionOptions()
     so.log_severity_level = log_severity(log_level)
     thread_options(so, threads)
