@@ -24,7 +24,7 @@ from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
 from build_scripts.staging import staged_directory
 from build_scripts.weights.loaders import LoadedModel, load_weights
 from models.contract import MASK_VALUE, decoder_io
-from models.manifest import (GraphSpec, Manifest, QuantizationSpec, SourceSpec, TensorSpec, TokenizerSpec,
+from models.manifest import (GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec,
                              hash_directory, package_versions, sha256_file)
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
             tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
         )
         if blocks is not None:
-            manifest.quantization = QuantizationSpec.model_validate(blocks.summary())
+            manifest.quantization = blocks.summary()
         return _finish(tmp, manifest)
 
 

@@ -239,10 +239,11 @@ def _lpbq(quantization: QuantizationSpec, shared: bool) -> bool:
     them. Not for int4 in the simulator's builds: it segfaults on int4 LPBQ MatMuls with an input
     dimension of 448-576 or 896 (SmolLM2's 576; docs/benchmarks.md), and float scales hold the
     LPBQ-exact ones as they are."""
-    weights = (quantization.model_extra or {}).get("weights") or {}  # the PTQ record, kept as written
-    blocked = weights.get("blocked") or {}
-    int4 = [t for w, t in weights.get("tensors", {}).items() if w in blocked and t.get("type") == "int4"]
-    return bool(blocked) and not any(t.get("rounding") == "source" for t in int4) and (shared or not int4)
+    if quantization.ptq is None:
+        return False
+    weights = quantization.ptq.weights
+    int4 = [t for w, t in weights.tensors.items() if w in weights.blocked and t.type == "int4"]
+    return bool(weights.blocked) and not any(t.rounding == "source" for t in int4) and (shared or not int4)
 
 
 def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tuple[int, int]]:
