@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 from build_scripts.compile_log import MARKER, CompileReport, failure_message, fill_report, parse_log
 from build_scripts.errors import BuildError
-from models.manifest import QuantizationSpec, TargetBuild, TargetSpec
+from models.manifest import Manifest, QuantizationSpec, TargetBuild, TargetSpec, load_manifest, seal
 from runtime import qnn
 from runtime.errors import RuntimeModelError
 from runtime.qnn_targets import Target, resolve_target
@@ -164,20 +164,21 @@ def compile_graph(onnx_path: str | Path, out_ctx_path: str | Path, soc_model: in
 # ------------------------------------------------------------------------------------------------
 
 def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Target], shared: bool,
-                      fp16: bool = True, part_budget: int | None = None, **kwargs) -> TargetSpec:
+                      fp16: bool = True, part_budget: int | None = None, manifest: Manifest | None = None,
+                      **kwargs) -> TargetSpec:
     """Compile every graph of a model directory's manifest into `htp/<target>/<shared|sim>/`.
 
     An LLM whose weights exceed `part_budget` bytes (default 1.5 GB) is split by layers into parts
     (build_scripts/split.py), each compiled on its own: with `shared`, one binary per part holds
     that part of every graph. Returns the proposed manifest `target` entry: the existing entry's
     builds (if it already is an HTP entry) plus the new ones, each with soc/arch, variant, files
-    (a list of parts, run in order, for a split graph) and compile times.
+    (a list of parts, run in order, for a split graph) and compile times. `manifest`: the
+    directory's, as a build holds it before writing it (default: read from the directory).
     """
     from build_scripts.split import DEFAULT_PART_BUDGET, write_parts  # onnx: imported only to build
-    from models.manifest import load_manifest
 
     model_dir = Path(model_dir).resolve()
-    manifest = load_manifest(model_dir, verify=False)
+    manifest = manifest or load_manifest(model_dir, verify=False)
     variant = "shared" if shared else "sim"
     versions = qnn.versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
@@ -261,13 +262,10 @@ def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tup
 
 def record_target(model_dir: str | Path, entry: TargetSpec) -> None:
     """Write a `compile_model_dir` entry into the manifest and re-hash the directory's files."""
-    from models.manifest import hash_directory, load_manifest
-
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir, verify=False)
     manifest.target = entry
-    manifest.files = hash_directory(model_dir)
-    manifest.save(model_dir)
+    seal(model_dir, manifest)
 
 
 # ------------------------------------------------------------------------------------------------

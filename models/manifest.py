@@ -243,6 +243,15 @@ class Manifest(BaseModel):
         os.replace(tmp, directory / MANIFEST)
 
 
+def seal(directory: Path, manifest: Manifest) -> Manifest:
+    """A build's last step: hash every file of `directory` (each once) into `manifest.files` and
+    write the manifest. Every step before it hands the Manifest on in memory, so a build hashes
+    its directory and writes its manifest once."""
+    manifest.files = hash_directory(directory)
+    manifest.save(directory)
+    return manifest
+
+
 def build_files(entry: str | list[str]) -> list[str]:
     """One graph's files in an HTP build (`target.builds[i].graphs[name]`): a context model, or
     the parts of a graph split by layers, in the order they run (build_scripts/split.py)."""

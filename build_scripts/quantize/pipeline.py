@@ -37,7 +37,7 @@ from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
 from build_scripts.staging import staged_directory
 from models.manifest import (GraphSpec, KVCacheSpec, KVEncoding, Manifest, QuantizationSpec, TargetSpec, TensorSpec,
-                             hash_directory, load_manifest, package_versions)
+                             directory_files, load_manifest, package_versions, seal)
 from models.ptq import CalibrationRecord, GptqSummary, PtqRecord, PtqWeights, QualityMetrics, RecipeSpec
 from runtime.decoder import START_GRAPH
 
@@ -68,7 +68,7 @@ PREPARED_DATA = "prepared.data"
 def _copy_support_files(src: Path, m: Manifest, dest: Path) -> None:
     """Everything but the graphs, the weights and HTP builds (both are rebuilt from the new graphs)."""
     skip = {g.file for g in m.graphs} | {m.weights_file}
-    for rel in m.files:
+    for rel in directory_files(src):
         if rel in skip or rel.startswith("htp/") or rel.startswith(REPORT):
             continue
         target = dest / rel
@@ -316,31 +316,41 @@ def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict
                   eval_tokens continuation tokens each, default up to the context)
     Returns a summary (also recorded in the manifest's `quantization` field).
     """
-    start = time.perf_counter()
     src = Path(model_dir).resolve()
-    m = load_manifest(src)
-    if m.quantization.recipe != "none":
-        raise BuildError(f"{src} is already quantized ({m.quantization.recipe}): quantize its float build")
-    recipe = resolve_recipe(recipe)
     dest = Path(out).resolve() if out else src
-    with staged_directory(dest) as tmp, tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
-        work = Path(work_dir)
-        _copy_support_files(src, m, tmp)
-        if m.kind == "llm":
-            result = _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps,
-                                   evaluate, eval_samples, eval_tokens)
-        else:
-            result = _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress,
-                                        evaluate, eval_samples)
-        result["seconds"] = round(time.perf_counter() - start, 1)
-        result["model_dir"] = str(dest)
-        final = load_manifest(tmp, verify=False)
-        final.quantization.ptq.seconds = result["seconds"]
-        final.files = hash_directory(tmp)
-        final.save(tmp)
+    m = load_manifest(src)
+    with staged_directory(dest) as tmp:
+        new, result = quantize_into(src, m, tmp, recipe, calib, samples, progress, decode_steps, evaluate,
+                                    eval_samples, eval_tokens)
+        seal(tmp, new)
+    result["model_dir"] = str(dest)
     if progress:
         print(format_summary(result), file=sys.stderr)
     return result
+
+
+def quantize_into(src: Path, m: Manifest, tmp: Path, recipe: str | Path | Recipe | dict = "w8a16",
+                  calib: str | Path | list | None = None, samples: int | None = 64, progress: bool = True,
+                  decode_steps: int | None = None, evaluate: bool = True, eval_samples: int | None = None,
+                  eval_tokens: int | None = None) -> tuple[Manifest, dict[str, Any]]:
+    """The quantized build of the float directory `src` (its manifest `m`, as read or as a build
+    holds it) written into `tmp`; returns its manifest, unsaved for the build's next step, and a
+    summary. Options as quantize_model_dir's."""
+    start = time.perf_counter()
+    if m.quantization.recipe != "none":
+        raise BuildError(f"{src} is already quantized ({m.quantization.recipe}): quantize its float build")
+    recipe = resolve_recipe(recipe)
+    with tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
+        work = Path(work_dir)
+        _copy_support_files(src, m, tmp)
+        if m.kind == "llm":
+            new, result = _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps,
+                                        evaluate, eval_samples, eval_tokens)
+        else:
+            new, result = _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress,
+                                             evaluate, eval_samples)
+    new.quantization.ptq.seconds = result["seconds"] = round(time.perf_counter() - start, 1)
+    return new, result
 
 
 def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: dict[str, onnx.ModelProto],
@@ -353,8 +363,6 @@ def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: di
     new.versions = {**m.versions, **package_versions("onnxruntime", "onnx")}
     for g in new.graphs:
         onnx.save(models[g.name], str(tmp / g.file))
-    new.files = hash_directory(tmp)
-    new.save(tmp)
     return new
 
 
@@ -363,19 +371,17 @@ def _record_metrics(tmp: Path, new: Manifest, metrics: dict, tables: dict, range
     written = write_report(tmp / REPORT, f"{new.name}: {new.quantization.recipe} quantization", metrics,
                            tables, ranges, extra)
     new.quantization.ptq.report = [p.name for p in written]
-    new.files = hash_directory(tmp)
-    new.save(tmp)
     return [p.name for p in written]
 
 
 def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps, evaluate,
-                  eval_samples, eval_tokens) -> dict[str, Any]:
+                  eval_samples, eval_tokens) -> tuple[Manifest, dict[str, Any]]:
     from runtime.decoder import Decoder
     from runtime.llm import LLM
 
     # no packed weight copies: calibration swaps the sessions out, and a 1.5B float decode graph
     # would pack 6 GB; only the accuracy pass runs these sessions (somewhat slower unpacked)
-    llm = LLM(src, prepack=False)
+    llm = LLM(src, prepack=False, manifest=m)
     context = llm.context
     steps = decode_steps or max(4, min(32, context // 4))
     cal_samples, held, paths = cal_mod.calibration_texts(calib, samples)
@@ -424,23 +430,23 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
     if evaluate and held:
         eval_seqs = cal_mod.tokenize_samples(llm, cal_mod.pick(held, eval_samples), context,
                                              eval_tokens or context, prompt_max=context // 2)
-        metrics = compare_llms(llm.decoder, Decoder(tmp), eval_seqs, progress=progress)
+        metrics = compare_llms(llm.decoder, Decoder(tmp, manifest=new), eval_seqs, progress=progress)
         metrics["held_out_sources"] = sorted({s.source for s in eval_seqs})
     decode = next(g.name for g in m.graphs if g.kind == "decode")
     tables = {decode: layer_table(info["ranges"][decode], info["score_tensors"], kv.model_dump()["tensors"])}
     extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes,
              "calibration": calibration.model_dump(exclude={"files"}, exclude_none=True)}
     report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
-    return {"kind": "llm", "recipe": recipe.name, "metrics": metrics, "kv_cache": kv.model_dump(exclude_none=True),
+    return new, {"kind": "llm", "recipe": recipe.name, "metrics": metrics, "kv_cache": kv.model_dump(exclude_none=True),
             "weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes,
             "calibration": calibration.model_dump(exclude_none=True), "report": report}
 
 
 def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, evaluate,
-                       eval_samples) -> dict[str, Any]:
+                       eval_samples) -> tuple[Manifest, dict[str, Any]]:
     from runtime.embedder import Embedder
 
-    emb = Embedder(src)
+    emb = Embedder(src, manifest=m)
     cal_samples, held, paths = cal_mod.calibration_texts(calib, samples, with_generic_chat=False)
 
     def texts_of(items, short: bool = False):
@@ -480,12 +486,12 @@ def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, eval
     new = _finish_manifest(tmp, m, list(m.graphs), models, quantization)
     metrics: dict[str, Any] = {}
     if evaluate and held:
-        metrics = compare_embedders(emb, Embedder(tmp), texts_of(cal_mod.pick(held, eval_samples)))
+        metrics = compare_embedders(emb, Embedder(tmp, manifest=new), texts_of(cal_mod.pick(held, eval_samples)))
     graph = m.graphs[0].name
     tables = {graph: layer_table(info["ranges"][graph], info["score_tensors"])}
     extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes}
     report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
-    return {"kind": "embedder", "recipe": recipe.name, "metrics": metrics, "weights_bytes": weights["bytes"],
+    return new, {"kind": "embedder", "recipe": recipe.name, "metrics": metrics, "weights_bytes": weights["bytes"],
             "float_weights_bytes": float_bytes, "calibration": calibration.model_dump(exclude_none=True),
             "report": report}
 
