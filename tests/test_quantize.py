@@ -667,12 +667,28 @@ def test_recipe_errors(tmp_path):
 # Calibration data
 # ------------------------------------------------------------------------------------------------
 
+def assert_retrieval_samples_are_the_apps_prompts(samples: list) -> None:
+    """A retrieval sample is, to the character, the prompt the app builds for that FAQ entry as its
+    one passage, with the default answer profile (app/answer: with_system, then with_passages)."""
+    from app.answer.passages import Passage, with_passages
+    from knowledge.profile import AnswerProfile
+    from knowledge.prompts import answer_instructions, with_system
+
+    rag = [s for s in samples if s.is_chat and s.messages[0]["role"] == "system"]
+    assert rag
+    for s in rag:
+        told = with_system([{"role": "user", "content": s.question}], answer_instructions(AnswerProfile()))
+        assert s.messages == with_passages(told, [Passage(1, None, s.question, s.answer, True)])
+        assert s.plain() == f"{s.question}\n{s.answer}"  # what an embedder calibrates on: no prompt text
+
+
 def test_calibration_text_split_chat_rendering_and_coverage(tiny_builds, tmp_path):
     calib, held, paths = cal.calibration_texts(None, None)
     assert [p.name for p in paths] == ["aurora_faq.jsonl", "aurora_manual.md"]
     key = lambda s: (s.text, s.answer)  # noqa: E731
     assert not {key(s) for s in held} & {key(s) for s in calib}  # held out means never calibrated on
     assert any(s.is_chat and s.messages[0]["role"] == "system" for s in calib)  # RAG-style prompts too
+    assert_retrieval_samples_are_the_apps_prompts(calib)
     llm = LLM(tiny_builds["llama"])
     seqs = cal.tokenize_samples(llm, cal.pick(calib, 20), llm.context, 16, buckets=llm.decoder.buckets)
     chat = next(s for s in seqs if s.source == "aurora_faq.jsonl")

@@ -453,7 +453,7 @@ def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, eval
         out = []
         for s in items:  # retrieval embeds short queries as well as passages
             if s.is_chat:
-                questions = [m_["content"] for m_ in s.messages if m_["role"] == "user"]
+                questions = s.questions
                 out += questions
                 if short:  # a word or two: the mean of very few token vectors has the largest norm
                     out += [" ".join(q.split()[:1 + len(out) % 2]) for q in questions]
