@@ -277,23 +277,18 @@ def _worker(job_file: str) -> int:
 
     spec = json.loads(Path(job_file).read_text())
     ort.set_default_logger_severity(0)
-    devices, options = qnn.devices(), spec["provider_options"]
     results = []
     jobs = spec["jobs"]
     for i, job in enumerate(jobs):
         os.write(2, f"\n{MARKER} {i} start {job['onnx']}\n".encode())
-        so = ort.SessionOptions()
-        so.log_severity_level = 0
-        so.log_verbosity_level = 0
-        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", job["ctx"])
-        so.add_session_config_entry("ep.context_embed_mode", "0")
+        # the runtime's QNN session (runtime/qnn.py), at log severity 0 (compile_log.py reads what QNN
+        # says per node), writing the EPContext model instead of only running it
+        config = {"ep.context_enable": "1", "ep.context_file_path": job["ctx"], "ep.context_embed_mode": "0"}
         if spec["shared"]:
-            so.add_session_config_entry("ep.share_ep_contexts", "1")
+            config["ep.share_ep_contexts"] = "1"
             if i == len(jobs) - 1:
-                so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-        so.add_provider_for_devices(devices, options)
+                config["ep.stop_share_ep_contexts"] = "1"
+        so = qnn.session_options(spec["provider_options"], log_level=0, config=config)
         start = time.perf_counter()
         try:
             session = ort.InferenceSession(job["onnx"], so)

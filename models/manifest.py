@@ -326,9 +326,20 @@ def verify_files(directory: Path, manifest: Manifest) -> None:
     if unlisted := sorted(set(directory_files(directory)) - manifest.files.keys()):
         raise ManifestError(f"{directory}: {', '.join(unlisted)} not listed in the manifest (added or its entry "
                             "removed after the build); rebuild the model")
-    for rel, expected in manifest.files.items():
-        p = directory / rel
-        if not p.is_file():
-            raise ManifestError(f"{directory}: file {rel} listed in the manifest is missing; rebuild the model")
-        if sha256_file(p) != expected:
-            raise ManifestError(f"{directory}: file {rel} was altered since the build (sha256 mismatch); rebuild the model")
+    if bad := first_mismatch(directory, manifest.files):
+        rel, missing = bad
+        raise ManifestError(f"{directory}: file {rel} listed in the manifest is missing; rebuild the model" if missing
+                            else f"{directory}: file {rel} was altered since the build (sha256 mismatch); rebuild the model")
+
+
+def first_mismatch(directory: Path, sums: dict[str, str]) -> tuple[str, bool] | None:
+    """The first file of `sums` (path relative to `directory` -> sha256) that is not as listed, as
+    (path, whether it is missing rather than altered); None when every one is. Model directories
+    and device bundles (app/bundle.py) are checked with this one loop."""
+    for rel, expected in sums.items():
+        path = directory / rel
+        if not path.is_file():
+            return rel, True
+        if sha256_file(path) != expected:
+            return rel, False
+    return None

@@ -32,9 +32,10 @@ _lock = threading.Lock()
 _registered = False
 
 
-def is_simulator() -> bool:
-    """True where the wheel's HTP backend is the x86_64 simulator rather than a real NPU."""
-    return platform.machine().lower() in ("x86_64", "amd64")
+def is_simulator(machine: str | None = None) -> bool:
+    """True where the wheel's HTP backend is the x86_64 simulator rather than a real NPU; `machine`:
+    another host's platform.machine() (default this one's)."""
+    return (machine or platform.machine()).lower() in ("x86_64", "amd64")
 
 
 def _qnn_module():
@@ -44,6 +45,15 @@ def _qnn_module():
         raise RuntimeModelError(
             "the htp backend needs the onnxruntime-qnn package (pip install onnxruntime-qnn)") from None
     return onnxruntime_qnn
+
+
+def installed() -> bool:
+    """Whether the onnxruntime-qnn package is there (nothing is registered)."""
+    try:
+        _qnn_module()
+    except RuntimeModelError:
+        return False
+    return True
 
 
 def register() -> None:
