@@ -150,7 +150,13 @@ def build_model(plan: BuildPlan, report: Callable[[str], None] = lambda line: No
 def compile_model(model_dir: Path, htp: HtpBuild, report: Callable[[str], None] = lambda line: None) -> Manifest:
     """Compile a built model for HTP targets and record the builds in its manifest (written once)."""
     manifest = load_manifest(model_dir, verify=False)
-    return seal(model_dir, _compile(model_dir, manifest, htp, model_dir.name, report))
+    recorded = manifest.target
+    try:
+        return seal(model_dir, _compile(model_dir, manifest, htp, model_dir.name, report))
+    except BaseException:
+        if manifest.target is not recorded:  # a variant compiled before the failure: its files are here, listed
+            seal(model_dir, manifest)
+        raise
 
 
 def _compile(model_dir: Path, manifest: Manifest, htp: HtpBuild, name: str, report: Callable[[str], None]) -> Manifest:

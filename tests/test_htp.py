@@ -340,3 +340,24 @@ def test_one_plan_builds_quantizes_and_compiles(tiny_sources, tmp_path, monkeypa
     assert all((out / p).is_file() for p in _build(out).graphs.values())
     assert lines == [f"compiled tiny for {TARGET} (sim)", f"compiled tiny for {TARGET} (shared)"]
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+
+def test_a_variant_compiled_before_a_failing_one_is_recorded(tiny_builds, tmp_path, monkeypatch):
+    """`hexrag compile --variant both` writes its manifest once; when the shared variant fails after
+    the sim one compiled, the sim build is still recorded, so the directory stays one the runtime loads."""
+    import build_scripts.compile as compile_module
+    from build_scripts.plan import HtpBuild, compile_model
+
+    d = tmp_path / "llama"
+    shutil.copytree(tiny_builds["llama"], d)
+    real = compile_module.compile_model_dir
+
+    def sim_only(model_dir, targets, shared, **kwargs):
+        if shared:
+            raise BuildError("the shared variant failed")
+        return real(model_dir, targets, shared, **kwargs)
+
+    monkeypatch.setattr(compile_module, "compile_model_dir", sim_only)
+    with pytest.raises(BuildError, match="shared variant failed"):
+        compile_model(d, HtpBuild(targets=(TARGET,), variant="both"))
+    assert [(b.target, b.variant) for b in load_manifest(d).target.builds] == [(TARGET, "sim")]
