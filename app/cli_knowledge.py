@@ -163,7 +163,8 @@ def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
 
 @kb.command("passage-kv")
 @_kb
-@dir_options("llm", dest="{}_dir", llm="The LLM the server answers with [env HEXRAG_LLM; default: the one quickstart built].")
+@dir_options("llm", dest="{}_dir",
+             llm="The LLM the server answers with [env HEXRAG_LLM; default: the one quickstart built].")
 @click.option("--voice/--no-voice", default=True, show_default=True,
               help="Also for voice answers (their instructions differ, so their rows do too).")
 @_friendly

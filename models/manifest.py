@@ -328,8 +328,8 @@ def verify_files(directory: Path, manifest: Manifest) -> None:
                             "removed after the build); rebuild the model")
     if bad := first_mismatch(directory, manifest.files):
         rel, missing = bad
-        raise ManifestError(f"{directory}: file {rel} listed in the manifest is missing; rebuild the model" if missing
-                            else f"{directory}: file {rel} was altered since the build (sha256 mismatch); rebuild the model")
+        why = "listed in the manifest is missing" if missing else "was altered since the build (sha256 mismatch)"
+        raise ManifestError(f"{directory}: file {rel} {why}; rebuild the model")
 
 
 def first_mismatch(directory: Path, sums: dict[str, str]) -> tuple[str, bool] | None:

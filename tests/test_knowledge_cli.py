@@ -135,7 +135,8 @@ def test_ingest_refuses_files_over_the_size_limit(cli, docs):
     assert sorted(d["name"] for d in listed) == ["faq.jsonl", "manual.md"]
     # the setting, read where every HEXRAG_* name is (app/settings.py), when the flag is not given
     proc = cli("ingest", str(docs / "big.md"), "--quiet", env={"HEXRAG_MAX_FILE_MB": "0.5"})
-    assert proc.returncode == 2 and proc.stderr.strip() == f"failed: {docs / 'big.md'}: larger than the 524288 byte limit"
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"failed: {docs / 'big.md'}: larger than the 524288 byte limit"
     proc = cli("ingest", str(docs / "big.md"), "--quiet", env={"HEXRAG_MAX_FILE_MB": "-1"})
     assert proc.returncode == 1 and proc.stderr.startswith("error: HEXRAG_MAX_FILE_MB:")
 

@@ -371,8 +371,8 @@ def test_wrap_context_binaries_load_like_our_own_builds(w8, tmp_path, monkeypatc
     assert proc.returncode == 0, proc.stderr
     wrapped = load_manifest(out)
     assert wrapped.target.builds[0].wrapped == names
-    assert wrapped.quantization.model_dump(exclude_none=True)["kv_cache"]["tensors"] == {k: {"scale": e["scale"], "zero_point": e["zero_point"]}
-                                                           for k, e in kv.items()}
+    tensors = wrapped.quantization.model_dump(exclude_none=True)["kv_cache"]["tensors"]
+    assert tensors == {k: {"scale": e["scale"], "zero_point": e["zero_point"]} for k, e in kv.items()}
     assert not list(out.glob("*.onnx")) and not (out / "weights.data").exists()  # binaries only
     sm8650 = RuntimeOptions(backend="htp", target="sm8650")
     ours, theirs = Decoder(d, sm8650), Decoder(out, sm8650)

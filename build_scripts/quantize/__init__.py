@@ -12,4 +12,5 @@ float, activation ranges), pipeline (the whole chain), evaluate (command line me
 from build_scripts.quantize.pipeline import format_summary, quantize_into, quantize_model_dir
 from build_scripts.quantize.recipes import RECIPES, Recipe, for_targets, resolve_recipe
 
-__all__ = ["quantize_model_dir", "quantize_into", "format_summary", "RECIPES", "Recipe", "for_targets", "resolve_recipe"]
+__all__ = ["quantize_model_dir", "quantize_into", "format_summary", "RECIPES", "Recipe", "for_targets",
+           "resolve_recipe"]
