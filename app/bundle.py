@@ -32,7 +32,7 @@ from app.device import (ARM64, SOC0, BackendChoice, HtpStatus, choose_backend, d
                         read_soc)
 from app.settings import Settings
 from runtime.qnn_targets import resolve_target
-from models.manifest import build_files, load_manifest, package_versions, sha256_file
+from models.manifest import build_files, first_mismatch, load_manifest, package_versions, sha256_file
 from runtime.errors import RuntimeModelError
 
 BUNDLE_FILE = "bundle.json"
@@ -209,12 +209,10 @@ def verify_bundle(bundle: Path) -> BundleSpec:
     if not sums_file.is_file():
         raise BundleError(f"{bundle} is not a hexrag bundle (no {CHECKSUMS}); make one with `hexrag export bundle`")
     listed = _listed(bundle)
-    for rel, digest in listed.items():
-        path = bundle / rel
-        if not path.is_file():
-            raise BundleError(f"{bundle}: {rel} is missing")
-        if sha256_file(path) != digest:
-            raise BundleError(f"{bundle}: {rel} was altered (sha256 mismatch); copy the bundle again")
+    if bad := first_mismatch(bundle, listed):
+        rel, missing = bad
+        raise BundleError(f"{bundle}: {rel} is missing" if missing else
+                          f"{bundle}: {rel} was altered (sha256 mismatch); copy the bundle again")
     extra = [rel for rel in _files(bundle) if rel not in listed and rel != CHECKSUMS and not rel.startswith(UNLISTED_OK)]
     if extra:
         raise BundleError(f"{bundle}: {extra[0]} is not part of the bundle (not in {CHECKSUMS}); remove it")

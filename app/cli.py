@@ -17,7 +17,7 @@ import click
 from app.cli_bench import BENCH_COMMANDS
 from app.cli_build import BUILD_COMMANDS
 from app.cli_chat import CHAT_COMMANDS, stream_answer
-from app.cli_common import friendly as _friendly, given_settings, invalid
+from app.cli_common import dir_options, friendly as _friendly, given_settings, invalid
 from app.cli_device import DEVICE_COMMANDS
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
 
@@ -177,9 +177,7 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @main.command()
 @click.option("--host", help="Address to bind (default 127.0.0.1; others need --api-key).  [env HEXRAG_HOST]")
 @click.option("--port", type=int, help="Port (default 8000).  [env HEXRAG_PORT]")
-@click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
-@click.option("--embedder", type=click.Path(path_type=Path), help="Embedder model directory.  [env HEXRAG_EMBEDDER]")
-@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@dir_options("llm", "embedder", "kb")
 @click.option("--backend", type=click.Choice(["cpu", "htp", "auto"]),
               help="cpu | htp | auto (the NPU on a Snapdragon device with matching builds).  [env HEXRAG_BACKEND]")
 @click.option("--bundle", type=click.Path(path_type=Path, exists=True, file_okay=False),
@@ -241,8 +239,7 @@ def _run_server(settings, log_level: str) -> None:
 @click.option("--models-dir", type=click.Path(path_type=Path),
               help="Where to build the model directories (default: $HEXRAG_HOME/models, where every command "
                    "looks for them).")
-@click.option("--kb", type=click.Path(path_type=Path),
-              help="Knowledge-base directory (default: $HEXRAG_HOME/kb).  [env HEXRAG_KB]")
+@dir_options("kb", kb="Knowledge-base directory (default: $HEXRAG_HOME/kb).  [env HEXRAG_KB]")
 @click.option("--question", default="The tyre pressure warning light is on. What should I do?", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--no-serve", is_flag=True, help="Answer the sample question and exit instead of serving.")

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from app.bench.domains import SPLITS
-from app.cli_common import friendly as _friendly, given_settings
+from app.cli_common import dir_options, friendly as _friendly, given_settings
 from app.cli_knowledge import eval_retrieval
 from runtime.options import MAX_SPIN_US, SPIN_US
 
@@ -114,9 +114,7 @@ def bench_genai_model(model_dir, out, python, precision) -> None:
 
 
 @bench.command("lookup")
-@click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
-@click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]")
-@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@dir_options("llm", "embedder", "kb")
 @click.option("--questions", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Question file (JSONL with `question`); default: knowledge/samples/answer_questions.jsonl.")
 @click.option("--limit", default=25, show_default=True, type=click.IntRange(min=1), help="Questions to answer.")
@@ -139,12 +137,8 @@ def bench_lookup(llm, embedder, kb, questions, limit, widths, as_json) -> None:
 
 
 @bench.command("ingest-load")
-@click.option("--llm", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="LLM model directory the server loads.")
-@click.option("--embedder", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="Embedder model directory.")
-@click.option("--kb", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="Knowledge base to start from (copied; never written).")
+@dir_options("llm", "embedder", "kb", required=True, llm="LLM model directory the server loads.",
+             kb="Knowledge base to start from (copied; never written).")
 @click.option("--megabytes", default=5.0, show_default=True, help="Size of the markdown file uploaded.")
 @click.option("--idle-s", default=30.0, show_default=True, help="Seconds measured on the idle server first.")
 @click.option("--question", help="What the searches and chats ask (default: a heading of the KB's own).")
@@ -162,12 +156,8 @@ def bench_ingest_load(as_json, **options) -> None:
 
 
 @bench.command("soak")
-@click.option("--llm", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="LLM model directory the server loads.")
-@click.option("--embedder", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="Embedder model directory.")
-@click.option("--kb", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="Knowledge base to start from (copied; never written).")
+@dir_options("llm", "embedder", "kb", required=True, llm="LLM model directory the server loads.",
+             kb="Knowledge base to start from (copied; never written).")
 @click.option("--clients", default=8, show_default=True, help="Concurrent streaming chat clients.")
 @click.option("--minutes", default=10.0, show_default=True, help="How long the clients run.")
 @click.option("--max-tokens", type=int, help="max_tokens of the clients' requests (default: the server's).")
@@ -208,8 +198,7 @@ def bench_soak(as_json, **options) -> None:
 @click.option("--tolerance", "tolerances", multiple=True,
               help="Accuracy tolerance (absolute, default 0.01); speed=N: speed-ratio tolerance (relative, "
                    "default 0.5); METRIC=N for one metric. Repeatable.")
-@click.option("--llm", type=click.Path(path_type=Path, file_okay=False), help="Full mode: LLM model directory.")
-@click.option("--embedder", type=click.Path(path_type=Path, file_okay=False), help="Full mode: embedder directory.")
+@dir_options("llm", "embedder", llm="Full mode: LLM model directory.", embedder="Full mode: embedder directory.")
 @click.option("--quantized-llm", type=click.Path(path_type=Path, file_okay=False),
               help="Full mode: a quantized build of --llm to compare with it.")
 @click.option("--quantized-embedder", type=click.Path(path_type=Path, file_okay=False),
@@ -269,9 +258,7 @@ def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: floa
                                "domain.json): its documents are the KB and --split its questions.")
 @click.option("--split", type=click.Choice(SPLITS), default="dev", show_default=True,
               help="With --domain: the question split. Held-out answers are summarised, never listed.")
-@click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]")
-@click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]")
-@click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]")
+@dir_options("llm", "embedder", "kb")
 @click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]")
 @click.option("--voice", is_flag=True, help="Grade the voice-mode answers.")
 @click.option("--passage-kv", is_flag=True, help="Place the passages' kept KV rows instead of prefilling them.")

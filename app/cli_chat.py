@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from app.cli_common import friendly, given_settings
+from app.cli_common import dir_options, friendly, given_settings
 
 _options = [
-    click.option("--llm", type=click.Path(path_type=Path), help="LLM model directory.  [env HEXRAG_LLM]"),
-    click.option("--embedder", type=click.Path(path_type=Path), help="Embedder directory.  [env HEXRAG_EMBEDDER]"),
-    click.option("--kb", type=click.Path(path_type=Path), help="Knowledge-base directory.  [env HEXRAG_KB]"),
+    dir_options("llm", "embedder", "kb"),
     click.option("--backend", type=click.Choice(["cpu", "htp", "auto"]),
                  help="cpu | htp | auto (the NPU on a Snapdragon device with matching builds).  [env HEXRAG_BACKEND]"),
     click.option("--no-rag", is_flag=True, help="Answer without the knowledge base."),

@@ -1,9 +1,11 @@
-"""What every `hexrag` command shares: typed errors become `error: ...` and exit 1, never a traceback."""
+"""What every `hexrag` command shares: typed errors become `error: ...` and exit 1, never a traceback;
+the `--llm`, `--embedder` and `--kb` options, declared once."""
 
 from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 
 import click
 from pydantic import ValidationError
@@ -43,8 +45,33 @@ def invalid(e: ValidationError) -> str:
     return f"{name}: {first['msg']} (got {first.get('input')!r})"
 
 
+def given(**options) -> dict:
+    """The options a command was given (an option not given is None, and keeps its HEXRAG_* value or default)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
 def given_settings(**options):
     """Settings from a command's options: an option not given (None) keeps its HEXRAG_* value or default."""
     from app.settings import Settings
 
-    return Settings(**{k: v for k, v in options.items() if v is not None})
+    return Settings(**given(**options))
+
+
+# the directories a command may be given, with the setting an option left out falls back to
+_DIRS = {"llm": ("LLM model directory", "HEXRAG_LLM"), "embedder": ("Embedder model directory", "HEXRAG_EMBEDDER"),
+         "kb": ("Knowledge-base directory", "HEXRAG_KB")}
+
+
+def dir_options(*names: str, required: bool = False, dest: str = "{}", **helps: str):
+    """`--llm`, `--embedder`, `--kb` (those named, in that order). Optional ones fall back to their
+    HEXRAG_* setting (given_settings; the help says which); required ones must exist. `dest`: the
+    parameter name, "{}" standing for the option's name ("{}_dir": kb_dir); `helps`: a command's own
+    help for an option (what the directory is for there)."""
+    def decorate(fn):
+        for name in reversed(names):
+            what, env = _DIRS[name]
+            default = f"{what}." if required else f"{what}.  [env {env}]"
+            fn = click.option(f"--{name}", dest.format(name), required=required, help=helps.get(name, default),
+                              type=click.Path(path_type=Path, exists=required, file_okay=False))(fn)
+        return fn
+    return decorate

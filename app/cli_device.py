@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from app.cli_common import friendly
+from app.cli_common import dir_options, friendly
 
 
 @click.command()
@@ -54,12 +54,9 @@ def export() -> None:
 
 
 @export.command("bundle")
-@click.option("--llm", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="LLM model directory, compiled for --target.")
-@click.option("--embedder", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="Embedder model directory, compiled for --target.")
-@click.option("--kb", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False),
-              help="Knowledge-base directory (embedded with --embedder).")
+@dir_options("llm", "embedder", "kb", required=True, llm="LLM model directory, compiled for --target.",
+             embedder="Embedder model directory, compiled for --target.",
+             kb="Knowledge-base directory (embedded with --embedder).")
 @click.option("--target", required=True, help="The device's SoC: sm8650, 8gen3, 57, ...")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Bundle directory to write (new).")
 @click.option("--cpu-fallback", is_flag=True, help="Also bundle the ONNX graphs and weights the CPU backend runs.")

@@ -19,16 +19,14 @@ from pathlib import Path
 
 import click
 
-from app.cli_common import friendly as _friendly
+from app.cli_common import dir_options, friendly as _friendly, given
 from knowledge.errors import KnowledgeError
 from knowledge.ingest import MAX_FILE_BYTES
 
 
-_kb = click.option("--kb", "kb_dir", type=click.Path(file_okay=False, path_type=Path),
-                   help="Knowledge-base directory [env HEXRAG_KB; default: $HEXRAG_HOME/kb].")
-_embedder = click.option("--embedder", "embedder_dir", type=click.Path(file_okay=False, path_type=Path),
-                         help="Embedder model directory [env HEXRAG_EMBEDDER; default: "
-                              "$HEXRAG_HOME/models/all-minilm-l6-v2].")
+_kb = dir_options("kb", dest="{}_dir", kb="Knowledge-base directory [env HEXRAG_KB; default: $HEXRAG_HOME/kb].")
+_embedder = dir_options("embedder", dest="{}_dir", embedder="Embedder model directory [env HEXRAG_EMBEDDER; default: "
+                                                            "$HEXRAG_HOME/models/all-minilm-l6-v2].")
 _backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
                         help="Where the embedder runs.")
 _json = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -66,9 +64,9 @@ def _echo_json(value) -> None:
               help="Vector index kind, remembered by the KB (default: auto = flat, HNSW past 100k chunks).")
 @click.option("--max-tokens", type=int, default=None, help="Chunk size in tokens (default: the embedder's length).")
 @click.option("--no-prune", is_flag=True, help="Keep documents whose files disappeared from an ingested folder.")
-@click.option("--max-file-mb", type=click.FloatRange(min=0, min_open=True), default=MAX_FILE_BYTES / 2**20,
-              show_default=True, envvar="HEXRAG_MAX_FILE_MB",
-              help="Larger files are refused (each is read whole) [env HEXRAG_MAX_FILE_MB].")
+@click.option("--max-file-mb", type=click.FloatRange(min=0, min_open=True), default=None,
+              help=f"Larger files are refused (each is read whole) [default {MAX_FILE_BYTES / 2**20:g}; "
+                   "env HEXRAG_MAX_FILE_MB].")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--strict", is_flag=True, help="Exit with 2 when any file failed or had no text to index.")
 @_json
@@ -81,9 +79,12 @@ def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, ma
     files (FIFOs, devices) or are over --max-file-mb are reported and skipped, as are files with no
     text to index (a page of links). The exit code is 2 when no file given could be indexed (or,
     with --strict, when any was skipped), 1 for errors that stop the whole command."""
+    from app.settings import IngestSettings
+
+    limit = IngestSettings(**given(max_file_mb=max_file_mb)).max_file_mb  # the flag, else HEXRAG_MAX_FILE_MB
     with _open(kb_dir, embedder_dir, backend, index=index, max_tokens=max_tokens) as kb:
         report = kb.ingest(list(paths), progress=not quiet and not as_json, prune=not no_prune,
-                           max_file_bytes=int(max_file_mb * 2**20))
+                           max_file_bytes=int(limit * 2**20))
     if as_json:
         _echo_json(report.to_dict())
     else:
@@ -162,8 +163,8 @@ def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
 
 @kb.command("passage-kv")
 @_kb
-@click.option("--llm", "llm_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="The LLM the server answers with [env HEXRAG_LLM; default: the one quickstart built].")
+@dir_options("llm", dest="{}_dir",
+             llm="The LLM the server answers with [env HEXRAG_LLM; default: the one quickstart built].")
 @click.option("--voice/--no-voice", default=True, show_default=True,
               help="Also for voice answers (their instructions differ, so their rows do too).")
 @_friendly

@@ -39,7 +39,6 @@ LINUX_SOC_IDS = {439: "sm8350", 457: "sm8450", 480: "sm8450", 482: "sm8450", 519
 CODENAMES = {"lahaina": "sm8350", "waipio": "sm8450", "kalama": "sm8550", "pineapple": "sm8650",
              "sun": "sm8750", "canoe": "sm8850"}
 ARM64 = ("aarch64", "arm64")
-X86 = ("x86_64", "amd64")  # where the wheel's HTP backend is the simulator
 # where the FastRPC channel to the Hexagon DSP shows up; the HTP backend needs one of these
 FASTRPC = ("/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/adsprpc-smd")
 PROBE_TIMEOUT_S = 120.0
@@ -159,11 +158,10 @@ _ARCH_LINE = re.compile(r"DSP arch \(min_arch\) = (\d+)")
 def probe_htp(soc: SocInfo | None = None, timeout: float = PROBE_TIMEOUT_S) -> HtpStatus:
     """Whether the QNN HTP backend loads here: a one-op graph run in a child process, whose QNN log
     says which SoC and HTP arch the backend took."""
-    simulator = platform.machine().lower() in X86
-    status = HtpStatus(installed=False, simulator=simulator, fastrpc=[p for p in FASTRPC if Path(p).exists()])
-    try:
-        import onnxruntime_qnn  # noqa: F401
-    except ImportError:
+    from runtime import qnn
+
+    status = HtpStatus(installed=False, simulator=qnn.is_simulator(), fastrpc=[p for p in FASTRPC if Path(p).exists()])
+    if not qnn.installed():
         status.error = "the onnxruntime-qnn package is not installed"
         return status
     status.installed = True
@@ -226,8 +224,10 @@ def choose_backend(models: list[Path], *, machine: str, soc: SocInfo | None,
                    probe: Callable[[], HtpStatus]) -> BackendChoice:
     """`--backend auto`: HTP where this is a real Snapdragon device, the HTP backend loads and every
     model has a build for its SoC; else the CPU, with the reason."""
+    from runtime import qnn  # onnxruntime: imported when a backend is chosen, not by every command
+
     if machine.lower() not in ARM64:
-        why = "the HTP backend here is the x86 simulator (far too slow)" if machine.lower() in X86 \
+        why = "the HTP backend here is the x86 simulator (far too slow)" if qnn.is_simulator(machine) \
             else "no Snapdragon NPU on this CPU"
         return BackendChoice(backend="cpu", reason=f"{machine} host: {why}")
     if not is_qualcomm(soc):
@@ -250,12 +250,12 @@ def choose_backend(models: list[Path], *, machine: str, soc: SocInfo | None,
 def require_htp(*, machine: str, soc: SocInfo | None) -> BackendChoice:
     """`--backend htp` asked for explicitly: the simulator on x86_64, the SoC's build on a device;
     elsewhere one line naming what is missing."""
-    try:
-        import onnxruntime_qnn  # noqa: F401
-    except ImportError:
+    from runtime import qnn
+
+    if not qnn.installed():
         raise RuntimeModelError("--backend htp needs the onnxruntime-qnn package (pip install onnxruntime-qnn); "
-                                "use --backend cpu or auto") from None
-    if machine.lower() in X86:
+                                "use --backend cpu or auto")
+    if qnn.is_simulator(machine):
         return BackendChoice(backend="htp", reason="asked for; this x86_64 host runs the HTP simulator (tiny models only)")
     if machine.lower() not in ARM64:
         raise RuntimeModelError(f"--backend htp: no Snapdragon NPU and no HTP simulator on a {machine} CPU; "

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from knowledge.ingest import MAX_FILE_BYTES
 from models import home
 from runtime.options import MAX_SPIN_US, SPIN_US, RuntimeOptions
 
@@ -46,8 +47,16 @@ class RuntimeSettings(BaseSettings):
                               log_level=self.qnn_log_level, profile_dir=self.profile, qnn_profile_dir=self.qnn_profile)
 
 
-class Settings(RuntimeSettings):
-    """Server settings, and the runtime's."""
+class IngestSettings(BaseSettings):
+    """How files are read into a knowledge base, from HEXRAG_* names (`hexrag ingest`)."""
+
+    model_config = SettingsConfigDict(env_prefix="HEXRAG_", extra="ignore")
+
+    max_file_mb: float = Field(default=MAX_FILE_BYTES / 2**20, gt=0)  # larger files are refused (read whole)
+
+
+class Settings(RuntimeSettings, IngestSettings):
+    """Server settings, the runtime's and ingestion's."""
 
     host: str = "127.0.0.1"
     port: int = 8000

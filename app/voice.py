@@ -11,15 +11,6 @@ from __future__ import annotations
 import re
 
 from app.answer.sentences import strip_markdown
-from knowledge.profile import AnswerProfile
-
-
-
-def voice_instructions(profile: AnswerProfile) -> str:
-    """What a spoken answer adds to the instructions; how it reaches the listener is the KB's profile."""
-    return (f"{profile.listening}, so answer in one or two short spoken sentences. "
-            "No lists, no headings, no markdown, no emojis.")
-
 
 VOICE_MAX_TOKENS = 96  # a spoken answer of a few sentences; small models ignore "be brief" otherwise
 

@@ -24,8 +24,8 @@ from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
 from build_scripts.staging import staged_directory
 from build_scripts.weights.loaders import LoadedModel, load_weights
 from models.contract import MASK_VALUE, decoder_io
-from models.manifest import (GraphSpec, Manifest, QuantizationSpec, SourceSpec, TensorSpec, TokenizerSpec,
-                             hash_directory, package_versions, sha256_file)
+from models.manifest import (GraphSpec, Manifest, SourceSpec, TensorSpec, TokenizerSpec, package_versions, seal,
+                             sha256_file)
 
 log = logging.getLogger(__name__)
 WEIGHTS_FILE = "weights.data"
@@ -78,12 +78,6 @@ def _source(model: LoadedModel) -> SourceSpec:
                       files={p.name: sha256_file(p) for p in model.source_files})
 
 
-def _finish(tmp: Path, manifest: Manifest) -> Manifest:
-    manifest.files = hash_directory(tmp)
-    manifest.save(tmp)
-    return manifest
-
-
 def _save_graph(tmp: Path, model: onnx.ModelProto, file: str) -> None:
     onnx.save(model, str(tmp / file))
 
@@ -93,6 +87,13 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
     """`quant`: "none" (float graphs: the HTP input, quantized later by build_scripts.quantize) or
     a CPU recipe of graph/blocks.py ("int4", "int8": MatMulNBits graphs for the CPU backend)."""
     out = Path(out)
+    with staged_directory(out) as tmp:
+        return seal(tmp, write_llm(weights, tmp, context, prefill, name or out.name, progress, quant))
+
+
+def write_llm(weights: str | Path, tmp: Path, context: int, prefill: tuple[int, ...], name: str, progress: bool,
+              quant: str) -> Manifest:
+    """build_llm's files in `tmp`; the manifest is returned unsaved, for the build's next step."""
     if quant != "none" and quant not in CPU_RECIPES:
         raise BuildError(f"unknown --quant {quant!r} for a graph build (choose from none, {', '.join(CPU_RECIPES)})")
     model = load_weights(resolve_weights(weights))
@@ -106,34 +107,33 @@ def build_llm(weights: str | Path, out: str | Path, context: int = 1024, prefill
         raise BuildError(f"--prefill sizes {list(prefill)} must be between 1 and the context ({context})")
     tok = _tokenizer(model)
     blocks = BlockRecipe(quant, model.weights) if quant != "none" else None
-    with staged_directory(out) as tmp:
-        tok_info = save_tokenizer(tok, tmp)
-        store = WeightStore(tmp / WEIGHTS_FILE)
-        graphs = []
-        try:
-            if blocks is None:  # the NPU contract: one static graph per step size
-                for i, n in enumerate([*buckets, 1]):
-                    kind, file = ("decode", "decode.onnx") if n == 1 else ("prefill", f"prefill_{n}.onnx")
-                    graph = build_decoder_graph(Path(file).stem, store, model.weights, cfg, n, context,
-                                                progress=progress and i == 0)
-                    _save_graph(tmp, graph, file)
-                    graphs.append(_graph_spec(graph, kind, file, n))
-            else:  # the CPU target: one graph with a symbolic S serves every step size (one session)
-                graph = build_decoder_graph("step", store, model.weights, cfg, 0, context, progress=progress,
-                                            blocks=blocks)
-                _save_graph(tmp, graph, CPU_STEP_FILE)
-                graphs = [_step_spec(cfg, n, context) for n in [*buckets, 1]]
-        finally:
-            store.close()
-        manifest = Manifest(
-            name=name or out.name, kind="llm", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            source=_source(model), architecture=cfg.model_dump(), context=context, prefill_buckets=buckets,
-            mask_value=MASK_VALUE, graphs=graphs, weights_file=WEIGHTS_FILE,
-            tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
-        )
-        if blocks is not None:
-            manifest.quantization = QuantizationSpec.model_validate(blocks.summary())
-        return _finish(tmp, manifest)
+    tok_info = save_tokenizer(tok, tmp)
+    store = WeightStore(tmp / WEIGHTS_FILE)
+    graphs = []
+    try:
+        if blocks is None:  # the NPU contract: one static graph per step size
+            for i, n in enumerate([*buckets, 1]):
+                kind, file = ("decode", "decode.onnx") if n == 1 else ("prefill", f"prefill_{n}.onnx")
+                graph = build_decoder_graph(Path(file).stem, store, model.weights, cfg, n, context,
+                                            progress=progress and i == 0)
+                _save_graph(tmp, graph, file)
+                graphs.append(_graph_spec(graph, kind, file, n))
+        else:  # the CPU target: one graph with a symbolic S serves every step size (one session)
+            graph = build_decoder_graph("step", store, model.weights, cfg, 0, context, progress=progress,
+                                        blocks=blocks)
+            _save_graph(tmp, graph, CPU_STEP_FILE)
+            graphs = [_step_spec(cfg, n, context) for n in [*buckets, 1]]
+    finally:
+        store.close()
+    manifest = Manifest(
+        name=name, kind="llm", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        source=_source(model), architecture=cfg.model_dump(), context=context, prefill_buckets=buckets,
+        mask_value=MASK_VALUE, graphs=graphs, weights_file=WEIGHTS_FILE,
+        tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
+    )
+    if blocks is not None:
+        manifest.quantization = blocks.summary()
+    return manifest
 
 
 QUERY_SHAPE = (1, 32)  # one spoken question: a 12-token query pays for 32 tokens, not batch × seq
@@ -151,6 +151,13 @@ def build_embedder(weights: str | Path, out: str | Path, batch: int = 8, seq: in
     weights file. `query`'s L is capped at `seq`; a query shape no smaller than the main one is
     not built (the main graph already serves it)."""
     out = Path(out)
+    with staged_directory(out) as tmp:
+        return seal(tmp, write_embedder(weights, tmp, batch, seq, name or out.name, query))
+
+
+def write_embedder(weights: str | Path, tmp: Path, batch: int, seq: int, name: str,
+                   query: tuple[int, int] | None) -> Manifest:
+    """build_embedder's files in `tmp`; the manifest is returned unsaved, for the build's next step."""
     model = load_weights(resolve_weights(weights))
     cfg = model.config
     if not isinstance(cfg, BertConfig):
@@ -166,24 +173,22 @@ def build_embedder(weights: str | Path, out: str | Path, batch: int = 8, seq: in
         if q_batch * q_seq < batch * seq:
             shapes.append((q_batch, q_seq))
     tok = _tokenizer(model)
-    with staged_directory(out) as tmp:
-        tok_info = save_tokenizer(tok, tmp)
-        store = WeightStore(tmp / WEIGHTS_FILE)
-        specs = []
-        try:  # every graph's weights go through one store: written once, shared by both graphs
-            for i, (b, s) in enumerate(shapes):
-                file = embedder_file(b, s, main=i == 0)
-                graph = build_bert_graph(Path(file).stem, store, model.weights, cfg, b, s)
-                _save_graph(tmp, graph, file)
-                specs.append(_graph_spec(graph, "embed", file, s, b))
-        finally:
-            store.close()
-        manifest = Manifest(
-            name=name or out.name, kind="embedder", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            source=_source(model), architecture=cfg.model_dump(), mask_value=MASK_VALUE,
-            graphs=specs, weights_file=WEIGHTS_FILE, tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
-        )
-        return _finish(tmp, manifest)
+    tok_info = save_tokenizer(tok, tmp)
+    store = WeightStore(tmp / WEIGHTS_FILE)
+    specs = []
+    try:  # every graph's weights go through one store: written once, shared by both graphs
+        for i, (b, s) in enumerate(shapes):
+            file = embedder_file(b, s, main=i == 0)
+            graph = build_bert_graph(Path(file).stem, store, model.weights, cfg, b, s)
+            _save_graph(tmp, graph, file)
+            specs.append(_graph_spec(graph, "embed", file, s, b))
+    finally:
+        store.close()
+    return Manifest(
+        name=name, kind="embedder", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        source=_source(model), architecture=cfg.model_dump(), mask_value=MASK_VALUE,
+        graphs=specs, weights_file=WEIGHTS_FILE, tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
+    )
 
 
 def _tokenizer_spec(info: dict) -> TokenizerSpec:

@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 from build_scripts.compile_log import MARKER, CompileReport, failure_message, fill_report, parse_log
 from build_scripts.errors import BuildError
-from models.manifest import QuantizationSpec, TargetBuild, TargetSpec
+from models.manifest import Manifest, QuantizationSpec, TargetBuild, TargetSpec, load_manifest, seal
 from runtime import qnn
 from runtime.errors import RuntimeModelError
 from runtime.qnn_targets import Target, resolve_target
@@ -164,20 +164,21 @@ def compile_graph(onnx_path: str | Path, out_ctx_path: str | Path, soc_model: in
 # ------------------------------------------------------------------------------------------------
 
 def compile_model_dir(model_dir: str | Path, targets: Iterable[str | int | Target], shared: bool,
-                      fp16: bool = True, part_budget: int | None = None, **kwargs) -> TargetSpec:
+                      fp16: bool = True, part_budget: int | None = None, manifest: Manifest | None = None,
+                      **kwargs) -> TargetSpec:
     """Compile every graph of a model directory's manifest into `htp/<target>/<shared|sim>/`.
 
     An LLM whose weights exceed `part_budget` bytes (default 1.5 GB) is split by layers into parts
     (build_scripts/split.py), each compiled on its own: with `shared`, one binary per part holds
     that part of every graph. Returns the proposed manifest `target` entry: the existing entry's
     builds (if it already is an HTP entry) plus the new ones, each with soc/arch, variant, files
-    (a list of parts, run in order, for a split graph) and compile times.
+    (a list of parts, run in order, for a split graph) and compile times. `manifest`: the
+    directory's, as a build holds it before writing it (default: read from the directory).
     """
     from build_scripts.split import DEFAULT_PART_BUDGET, write_parts  # onnx: imported only to build
-    from models.manifest import load_manifest
 
     model_dir = Path(model_dir).resolve()
-    manifest = load_manifest(model_dir, verify=False)
+    manifest = manifest or load_manifest(model_dir, verify=False)
     variant = "shared" if shared else "sim"
     versions = qnn.versions()
     ranges = _part_ranges(model_dir, manifest, part_budget or DEFAULT_PART_BUDGET, fp16)
@@ -239,10 +240,11 @@ def _lpbq(quantization: QuantizationSpec, shared: bool) -> bool:
     them. Not for int4 in the simulator's builds: it segfaults on int4 LPBQ MatMuls with an input
     dimension of 448-576 or 896 (SmolLM2's 576; docs/benchmarks.md), and float scales hold the
     LPBQ-exact ones as they are."""
-    weights = (quantization.model_extra or {}).get("weights") or {}  # the PTQ record, kept as written
-    blocked = weights.get("blocked") or {}
-    int4 = [t for w, t in weights.get("tensors", {}).items() if w in blocked and t.get("type") == "int4"]
-    return bool(blocked) and not any(t.get("rounding") == "source" for t in int4) and (shared or not int4)
+    if quantization.ptq is None:
+        return False
+    weights = quantization.ptq.weights
+    int4 = [t for w, t in weights.tensors.items() if w in weights.blocked and t.type == "int4"]
+    return bool(weights.blocked) and not any(t.rounding == "source" for t in int4) and (shared or not int4)
 
 
 def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tuple[int, int]]:
@@ -260,13 +262,10 @@ def _part_ranges(model_dir: Path, manifest, budget: int, fp16: bool) -> list[tup
 
 def record_target(model_dir: str | Path, entry: TargetSpec) -> None:
     """Write a `compile_model_dir` entry into the manifest and re-hash the directory's files."""
-    from models.manifest import hash_directory, load_manifest
-
     model_dir = Path(model_dir)
     manifest = load_manifest(model_dir, verify=False)
     manifest.target = entry
-    manifest.files = hash_directory(model_dir)
-    manifest.save(model_dir)
+    seal(model_dir, manifest)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -278,23 +277,18 @@ def _worker(job_file: str) -> int:
 
     spec = json.loads(Path(job_file).read_text())
     ort.set_default_logger_severity(0)
-    devices, options = qnn.devices(), spec["provider_options"]
     results = []
     jobs = spec["jobs"]
     for i, job in enumerate(jobs):
         os.write(2, f"\n{MARKER} {i} start {job['onnx']}\n".encode())
-        so = ort.SessionOptions()
-        so.log_severity_level = 0
-        so.log_verbosity_level = 0
-        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", job["ctx"])
-        so.add_session_config_entry("ep.context_embed_mode", "0")
+        # the runtime's QNN session (runtime/qnn.py), at log severity 0 (compile_log.py reads what QNN
+        # says per node), writing the EPContext model instead of only running it
+        config = {"ep.context_enable": "1", "ep.context_file_path": job["ctx"], "ep.context_embed_mode": "0"}
         if spec["shared"]:
-            so.add_session_config_entry("ep.share_ep_contexts", "1")
+            config["ep.share_ep_contexts"] = "1"
             if i == len(jobs) - 1:
-                so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-        so.add_provider_for_devices(devices, options)
+                config["ep.stop_share_ep_contexts"] = "1"
+        so = qnn.session_options(spec["provider_options"], log_level=0, config=config)
         start = time.perf_counter()
         try:
             session = ort.InferenceSession(job["onnx"], so)

@@ -7,20 +7,23 @@
 `hexrag build llm|embedder` parses its flags into a BuildPlan (`parse_quant`, `HtpBuild.of`) and
 makes this one call; quickstart and the quick gate do the same. Each step keeps its own library
 call (build.build_llm / build_embedder, quantize.quantize_model_dir, compile.compile_model_dir)
-for the tests that exercise one step alone.
+for the tests that exercise one step alone; here the steps pass one Manifest on in memory and the
+directory is hashed and its manifest written once, at the end (models.manifest.seal).
 """
 
 from __future__ import annotations
 
-import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from build_scripts.build import QUERY_SHAPE, build_embedder, build_llm
+from build_scripts.build import QUERY_SHAPE, write_embedder, write_llm
 from build_scripts.graph.blocks import CPU_RECIPES
-from models.manifest import Manifest, load_manifest
+from build_scripts.staging import staged_directory
+from models.manifest import Manifest, load_manifest, seal
 
 
 class _Plan(BaseModel):
@@ -119,46 +122,62 @@ class BuildPlan(_Plan):
 
 def build_model(plan: BuildPlan, report: Callable[[str], None] = lambda line: None) -> Manifest:
     """Build `plan.out` whole: graphs, then PTQ (the float build lives in a scratch directory beside
-    it, so a failure leaves `out` as it was), then HTP compilation recorded in the manifest.
-    `report` gets a line per compiled target and variant, and any change the targets made to the recipe."""
+    it), then HTP compilation. The steps hand one Manifest on in memory; the directory is hashed
+    and the manifest written once, at the end, and the whole directory replaces `out` only then
+    (a failure leaves `out` as it was). `report` gets a line per compiled target and variant, and
+    any change the targets made to the recipe."""
     recipe = _recipe(plan, report)  # a bad recipe or target fails before the build, not after
-    if recipe is None:
-        _graphs(plan, plan.out)
-    else:
-        from build_scripts.quantize import quantize_model_dir
+    with staged_directory(plan.out) as tmp:
+        if recipe is None:
+            manifest = _graphs(plan, tmp)
+        else:
+            from build_scripts.quantize import format_summary, quantize_into
 
-        float_dir = plan.out.parent / f".{plan.out.name}.float"
-        try:
-            _graphs(plan, float_dir)
             q = plan.quant
-            quantize_model_dir(float_dir, recipe, calib=list(q.calib) or None, samples=q.samples, out=plan.out,
-                               evaluate=q.eval_samples != 0, eval_samples=q.eval_samples, progress=plan.progress)
-        finally:
-            shutil.rmtree(float_dir, ignore_errors=True)
-    if plan.htp is not None:
-        compile_model(plan.out, plan.htp, report)
-    return load_manifest(plan.out)
+            with tempfile.TemporaryDirectory(prefix=f".{plan.out.name}.float.", dir=plan.out.parent) as scratch:
+                float_dir = Path(scratch)
+                manifest, result = quantize_into(float_dir, _graphs(plan, float_dir), tmp, recipe,
+                                                 calib=list(q.calib) or None, samples=q.samples,
+                                                 evaluate=q.eval_samples != 0, eval_samples=q.eval_samples,
+                                                 progress=plan.progress)
+            if plan.progress:
+                print(format_summary({**result, "model_dir": str(plan.out)}), file=sys.stderr)
+        if plan.htp is not None:
+            manifest = _compile(tmp, manifest, plan.htp, plan.out.name, report)
+        return seal(tmp, manifest)
 
 
-def compile_model(model_dir: Path, htp: HtpBuild, report: Callable[[str], None] = lambda line: None) -> None:
-    """Compile a built model for HTP targets and record each build in its manifest."""
-    from build_scripts.compile import compile_model_dir, record_target
+def compile_model(model_dir: Path, htp: HtpBuild, report: Callable[[str], None] = lambda line: None) -> Manifest:
+    """Compile a built model for HTP targets and record the builds in its manifest (written once)."""
+    manifest = load_manifest(model_dir, verify=False)
+    recorded = manifest.target
+    try:
+        return seal(model_dir, _compile(model_dir, manifest, htp, model_dir.name, report))
+    except BaseException:
+        if manifest.target is not recorded:  # a variant compiled before the failure: its files are here, listed
+            seal(model_dir, manifest)
+        raise
+
+
+def _compile(model_dir: Path, manifest: Manifest, htp: HtpBuild, name: str, report: Callable[[str], None]) -> Manifest:
+    """Each variant's builds recorded in `manifest.target` (in memory; the caller writes it)."""
+    from build_scripts.compile import compile_model_dir
 
     for shared in VARIANTS[htp.variant]:
-        record_target(model_dir, compile_model_dir(model_dir, list(htp.targets), shared=shared,
-                                                   part_budget=htp.part_budget))
-        report(f"compiled {model_dir.name} for {', '.join(htp.targets)} ({'shared' if shared else 'sim'})")
+        manifest.target = compile_model_dir(model_dir, list(htp.targets), shared=shared, part_budget=htp.part_budget,
+                                            manifest=manifest)
+        report(f"compiled {name} for {', '.join(htp.targets)} ({'shared' if shared else 'sim'})")
+    return manifest
 
 
-def _graphs(plan: BuildPlan, out: Path) -> None:
+def _graphs(plan: BuildPlan, out: Path) -> Manifest:
     name = plan.name or plan.out.name
     if isinstance(plan.shape, LLMShape):
         quant = plan.quant.recipe if isinstance(plan.quant, CpuBlocks) else "none"
-        build_llm(plan.weights, out, context=plan.shape.context, prefill=plan.shape.prefill, name=name,
-                  progress=plan.progress, quant=quant)
-    else:
-        build_embedder(plan.weights, out, batch=plan.shape.batch, seq=plan.shape.seq, name=name,
-                       query=plan.shape.query)
+        return write_llm(plan.weights, out, context=plan.shape.context, prefill=plan.shape.prefill, name=name,
+                         progress=plan.progress, quant=quant)
+    return write_embedder(plan.weights, out, batch=plan.shape.batch, seq=plan.shape.seq, name=name,
+                          query=plan.shape.query)
 
 
 def _recipe(plan: BuildPlan, report: Callable[[str], None]):

@@ -14,17 +14,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from tqdm import tqdm
 
-from knowledge.chunking import Chunk
+from knowledge.chunking import Chunk, Chunker
 from knowledge.errors import EmptyDocumentError, IngestError
 from knowledge.loaders import is_supported, load_document
+from knowledge.store import DocumentRecord
 
 if TYPE_CHECKING:
-    from knowledge.kb import KnowledgeBase
+    from runtime.embedder import Embedder
 
 log = logging.getLogger(__name__)
 EMBED_BATCH_CHUNKS = 256  # chunks of several small files share embedder batches (no half-empty [B, L] runs)
@@ -32,6 +33,26 @@ EMBED_BATCH_CHUNKS = 256  # chunks of several small files share embedder batches
 # answer or a search that an ingest yields to, or a stop that ends it, waits no longer than that
 STEP_CHUNKS = 8
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a file is read and parsed whole in memory: bigger ones are refused
+
+
+class DocumentSink(Protocol):
+    """What ingestion needs of the store it writes into (knowledge.kb.KnowledgeBase is one): the
+    version stored of a file, the chunker new versions are cut with, and one document committed
+    or removed at a time. Ingestion knows no more of the KB, so the KB can import it."""
+
+    @property
+    def chunker(self) -> Chunker: ...
+
+    def stored_document(self, source: str) -> DocumentRecord | None: ...
+
+    def stored_vectors(self, document_id: int) -> dict[str, tuple[bytes, bytes | None]]: ...
+
+    def commit_document(self, fields: dict[str, Any], chunks: list[Chunk], vectors: np.ndarray,
+                        places: np.ndarray | None = None) -> None: ...
+
+    def list_documents(self) -> list[DocumentRecord]: ...
+
+    def remove_document(self, doc: DocumentRecord) -> None: ...
 
 
 @dataclass
@@ -134,7 +155,14 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
     return data, info
 
 
-def _prepare(kb: KnowledgeBase, path: Path, name: str, max_bytes: int, checkpoint: Checkpoint) -> _Pending | None:
+Checkpoint = Callable[[], None]  # called between steps; it may block (yield) or raise IngestCancelled (stop)
+
+
+def _noop() -> None:
+    pass
+
+
+def _prepare(kb: DocumentSink, path: Path, name: str, max_bytes: int, checkpoint: Checkpoint) -> _Pending | None:
     """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
     data, info = read_regular(path, max_bytes)
     content_hash = hashlib.sha256(data).hexdigest()
@@ -165,26 +193,20 @@ def place_vectors(embedder, places: list[str], vectors: np.ndarray) -> np.ndarra
     return out
 
 
-Checkpoint = Callable[[], None]  # called between steps; it may block (yield) or raise IngestCancelled (stop)
-
-
-def _noop() -> None:
-    pass
-
-
-def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport, checkpoint: Checkpoint) -> None:
+def _flush(kb: DocumentSink, embedder: Embedder, pending: list[_Pending], report: IngestReport,
+           checkpoint: Checkpoint) -> None:
     """Embed what the pending documents need (in shared batches), then commit them one by one, with a
     checkpoint between embedder calls and commits: a document is committed whole or not at all."""
     todo = [(p, i, c.embed_text) for p in pending for i, c in enumerate(p.chunks) if c.hash not in p.reusable]
     for p in pending:
-        p.vectors = np.zeros((len(p.chunks), kb.dim), np.float32)
+        p.vectors = np.zeros((len(p.chunks), embedder.dim), np.float32)
         for i, c in enumerate(p.chunks):
             if c.hash in p.reusable:
                 p.vectors[i] = np.frombuffer(p.reusable[c.hash][0], "<f4")
     for start in range(0, len(todo), STEP_CHUNKS):
         checkpoint()
         part = todo[start:start + STEP_CHUNKS]
-        embedded = kb.embedder.embed([t for _, _, t in part])
+        embedded = embedder.embed([t for _, _, t in part])
         for (p, i, _), v, cut in zip(part, embedded.vectors, embedded.truncated):
             p.vectors[i] = v
             report.truncated += cut
@@ -193,14 +215,14 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport, che
     # places: reused with their chunk's vector where the previous version has them, else embedded
     # (in one batch over the pending documents)
     fresh = [(p, i) for p in pending for i, c in enumerate(p.chunks) if p.reusable.get(c.hash, (None, None))[1] is None]
-    own = np.array([p.vectors[i] for p, i in fresh], np.float32).reshape(len(fresh), kb.dim)
+    own = np.array([p.vectors[i] for p, i in fresh], np.float32).reshape(len(fresh), embedder.dim)
     for p in pending:
         p.places = np.zeros_like(p.vectors)
         for i, c in enumerate(p.chunks):
             reused = p.reusable.get(c.hash, (None, None))[1]
             if reused is not None:
                 p.places[i] = np.frombuffer(reused, "<f4")
-    for (p, i), v in zip(fresh, place_vectors(kb.embedder, [p.chunks[i].place for p, i in fresh], own)):
+    for (p, i), v in zip(fresh, place_vectors(embedder, [p.chunks[i].place for p, i in fresh], own)):
         p.places[i] = v
     for p in pending:
         checkpoint()
@@ -209,11 +231,14 @@ def _flush(kb: KnowledgeBase, pending: list[_Pending], report: IngestReport, che
         report.chunks += len(p.chunks)
 
 
-def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True, prune: bool = True,
-               max_file_bytes: int = MAX_FILE_BYTES, checkpoint: Checkpoint = _noop) -> IngestReport:
+def run_ingest(kb: DocumentSink, embedder: Embedder, paths: list[str | Path], progress: bool = True,
+               prune: bool = True, max_file_bytes: int = MAX_FILE_BYTES, exclude: Path | None = None,
+               checkpoint: Checkpoint = _noop) -> IngestReport:
+    """Ingest `paths` into `kb`, embedding with `embedder` (the one the KB was bound to); files
+    under `exclude` (the KB's own folder) are never read. `checkpoint` runs between steps."""
     started = time.perf_counter()
     report = IngestReport()
-    files, roots, report.failed, report.skipped = discover(paths, exclude=kb.dir.resolve())
+    files, roots, report.failed, report.skipped = discover(paths, exclude=exclude)
     pending: list[_Pending] = []
     size = 0
     bar = tqdm(files, unit="file", disable=not progress or len(files) < 2, desc="ingest", leave=False)
@@ -235,9 +260,9 @@ def run_ingest(kb: KnowledgeBase, paths: list[str | Path], progress: bool = True
         pending.append(item)
         size += sum(c.hash not in item.reusable for c in item.chunks)
         if size >= EMBED_BATCH_CHUNKS:
-            _flush(kb, pending, report, checkpoint)
+            _flush(kb, embedder, pending, report, checkpoint)
             pending, size = [], 0
-    _flush(kb, pending, report, checkpoint)
+    _flush(kb, embedder, pending, report, checkpoint)
     if prune:  # files that disappeared from an ingested folder leave the KB too
         seen = {str(p) for p, _ in files}
         for doc in kb.list_documents():

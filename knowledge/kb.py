@@ -196,8 +196,9 @@ class KnowledgeBase:
                     self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
                 self._vectors.current()
             try:
-                return run_ingest(self, [paths] if isinstance(paths, (str, Path)) else list(paths), progress, prune,
-                                  max_file_bytes, checkpoint or (lambda: None))
+                return run_ingest(self, embedder, [paths] if isinstance(paths, (str, Path)) else list(paths),
+                                  progress, prune, max_file_bytes, exclude=self.dir.resolve(),
+                                  checkpoint=checkpoint or (lambda: None))
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
                 self.save_index()
 

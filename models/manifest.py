@@ -11,11 +11,14 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from models.ptq import CpuBlocksRecord, PtqRecord, QualityMetrics, lift_flat_record
+
 # 2: typed sections (architecture, quantization, target, metrics). A schema-1 manifest has the same
 # JSON layout, so one that passes schema 2's checks loads as it is; one that does not is named as an
-# earlier build to rebuild
-SCHEMA_VERSION = 2
-READS = (1, 2)
+# earlier build to rebuild. 3: the quantization step's record typed, in `quantization.ptq` or
+# `.blocks` (schemas 1-2 kept it flat beside `recipe`: read through models.ptq.lift_flat_record)
+SCHEMA_VERSION = 3
+READS = (1, 2, 3)
 MANIFEST = "manifest.json"
 
 
@@ -134,17 +137,15 @@ class TargetSpec(BaseModel):
 class KVEncoding(BaseModel):
     """How one KV tensor (key_3, value_3 ...) is stored in a quantized cache: one encoding for every graph."""
 
-    model_config = ConfigDict(extra="allow")  # the calibrated range (rmin, rmax) rides along
-
     scale: float
     zero_point: int
+    rmin: float | None = None  # the calibrated range, widened by the margin, that the scale encodes
+    rmax: float | None = None
 
 
 class IOEncoding(BaseModel):
     """A graph input or output as the quantized graph sees it: a fixed-point encoding, or a float
     tensor the graph quantizes inside (rotary tables, the attention mask)."""
-
-    model_config = ConfigDict(extra="allow")
 
     dtype: str | None = None
     scale: float | None = None
@@ -153,48 +154,34 @@ class IOEncoding(BaseModel):
 
 
 class KVCacheSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
     dtype: Literal["uint16", "uint8"]
     tensors: dict[str, KVEncoding]  # key_<layer> / value_<layer>
     graphs: list[str] = Field(default_factory=list)  # the graphs that share these encodings
+    margin: float | None = None  # the recipe's kv_margin
 
 
 class QuantizationSpec(BaseModel):
-    """What quantized the graphs: the recipe and, for a quantized KV cache, its encodings. The rest of
-    the build's record (recipe_spec, weights, calibration, metrics ...) is kept as written."""
-
-    model_config = ConfigDict(extra="allow")
+    """What quantized the graphs: the recipe's name, a quantized KV cache's encodings, the graphs'
+    I/O encodings, and the record of the step that did it (`ptq` or `blocks`, models/ptq.py)."""
 
     recipe: str = "none"  # none | int4 | int8 (CPU blocks) | a PTQ recipe (w8a16 ...) | external (QAIRT binaries)
     format: str | None = None  # MatMulNBits: the CPU target's graphs
     kv_cache: KVCacheSpec | None = None
     io: dict[str, dict[str, IOEncoding]] = Field(default_factory=dict)  # graph -> I/O tensor -> encoding
+    ptq: PtqRecord | None = None  # build_scripts/quantize
+    blocks: CpuBlocksRecord | None = None  # the CPU target
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_record(cls, data):
+        return lift_flat_record(data) if isinstance(data, dict) else data  # as schemas 1-2 wrote it
 
     @property
     def cpu_blocks(self) -> bool:
         return self.format == "MatMulNBits"
 
 
-class QualityMetrics(BaseModel):
-    """A quantized build measured against its float build on held-out text (build_scripts/quantize/report.py)."""
-
-    model_config = ConfigDict(extra="allow")  # held_out_sources and other notes of the run
-
-    # LLMs: teacher-forced logits and greedy tokens
-    sequences: int | None = None
-    scored_tokens: int | None = None
-    logits_cosine: float | None = None
-    greedy_agreement: float | None = None
-    perplexity_change: float | None = None
-    # embedders
-    texts: int | None = None
-    embedding_cosine: float | None = None
-
-
 class ManifestMetrics(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
     quantization: QualityMetrics | None = None
 
 
@@ -254,6 +241,15 @@ class Manifest(BaseModel):
         tmp = directory / (MANIFEST + ".tmp")
         tmp.write_text(checked.model_dump_json(indent=2, exclude_none=True) + "\n")  # unset is absent, as built
         os.replace(tmp, directory / MANIFEST)
+
+
+def seal(directory: Path, manifest: Manifest) -> Manifest:
+    """A build's last step: hash every file of `directory` (each once) into `manifest.files` and
+    write the manifest. Every step before it hands the Manifest on in memory, so a build hashes
+    its directory and writes its manifest once."""
+    manifest.files = hash_directory(directory)
+    manifest.save(directory)
+    return manifest
 
 
 def build_files(entry: str | list[str]) -> list[str]:
@@ -330,9 +326,20 @@ def verify_files(directory: Path, manifest: Manifest) -> None:
     if unlisted := sorted(set(directory_files(directory)) - manifest.files.keys()):
         raise ManifestError(f"{directory}: {', '.join(unlisted)} not listed in the manifest (added or its entry "
                             "removed after the build); rebuild the model")
-    for rel, expected in manifest.files.items():
-        p = directory / rel
-        if not p.is_file():
-            raise ManifestError(f"{directory}: file {rel} listed in the manifest is missing; rebuild the model")
-        if sha256_file(p) != expected:
-            raise ManifestError(f"{directory}: file {rel} was altered since the build (sha256 mismatch); rebuild the model")
+    if bad := first_mismatch(directory, manifest.files):
+        rel, missing = bad
+        why = "listed in the manifest is missing" if missing else "was altered since the build (sha256 mismatch)"
+        raise ManifestError(f"{directory}: file {rel} {why}; rebuild the model")
+
+
+def first_mismatch(directory: Path, sums: dict[str, str]) -> tuple[str, bool] | None:
+    """The first file of `sums` (path relative to `directory` -> sha256) that is not as listed, as
+    (path, whether it is missing rather than altered); None when every one is. Model directories
+    and device bundles (app/bundle.py) are checked with this one loop."""
+    for rel, expected in sums.items():
+        path = directory / rel
+        if not path.is_file():
+            return rel, True
+        if sha256_file(path) != expected:
+            return rel, False
+    return None

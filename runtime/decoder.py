@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from models.contract import contract_mismatch, is_inplace, rotary_tables
-from models.manifest import load_manifest
+from models.manifest import Manifest, load_manifest
 from runtime.errors import ContextOverflowError, RuntimeModelError
 from runtime.graphs import graph_paths
 from runtime.kv_cache import KVRows, StaticKVCache, rerotate
@@ -32,11 +32,12 @@ START_GRAPH = "start"  # graph name of the position-0 graph of quantized models
 
 class Decoder:
     def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), verify: bool = True,
-                 prepack: bool | None = None):
+                 prepack: bool | None = None, manifest: Manifest | None = None):
         """`prepack=False`: no session packs a copy of its weights (slower on the CPU, but a float
-        1.5B model's decode graph would copy 6 GB); None: the rule below."""
+        1.5B model's decode graph would copy 6 GB); None: the rule below. `manifest`: the directory's
+        manifest as a build holds it before writing it (taken as it is, not read nor verified)."""
         self.dir = Path(model_dir)
-        self.manifest = m = load_manifest(self.dir, verify=verify)
+        self.manifest = m = manifest or load_manifest(self.dir, verify=verify)
         if m.kind != "llm":
             raise RuntimeModelError(f"{self.dir} holds an {m.kind} model, not an LLM")
         stale = contract_mismatch(m)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from models.manifest import GraphSpec, load_manifest
+from models.manifest import GraphSpec, Manifest, load_manifest
 from runtime.errors import RuntimeModelError
 from runtime.graphs import graph_paths
 from runtime.options import RuntimeOptions
@@ -42,9 +42,11 @@ def pick_graph(graphs: list[GraphSpec], rows: int, longest: int) -> GraphSpec:
 
 
 class Embedder:
-    def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), verify: bool = True):
+    def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), verify: bool = True,
+                 manifest: Manifest | None = None):
+        """`manifest`: the directory's manifest as a build holds it before writing it (taken as it is)."""
         self.dir = Path(model_dir)
-        self.manifest = m = load_manifest(self.dir, verify=verify)
+        self.manifest = m = manifest or load_manifest(self.dir, verify=verify)
         if m.kind != "embedder":
             raise RuntimeModelError(f"{self.dir} holds an {m.kind} model, not an embedder")
         graph = m.graph("embed")  # the main graph is listed first

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from models.manifest import Manifest
 from runtime.chat_template import ChatTemplate
 from runtime.decoder import Decoder
 from runtime.errors import ContextOverflowError, RuntimeModelError
@@ -105,8 +106,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class LLM:
-    def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), prepack: bool | None = None):
-        self.decoder = Decoder(model_dir, options, prepack=prepack)
+    def __init__(self, model_dir: str | Path, options: RuntimeOptions = RuntimeOptions(), prepack: bool | None = None,
+                 manifest: Manifest | None = None):
+        self.decoder = Decoder(model_dir, options, prepack=prepack, manifest=manifest)
         self.draft_tokens = options.draft_tokens
         m = self.decoder.manifest
         self.name = m.name

@@ -7,19 +7,23 @@ names become these options (`Settings.runtime()`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runtime.errors import RuntimeModelError
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 PERFORMANCE_MODES = ("burst", "sustained_high_performance", "high_performance", "balanced",
                      "default", "low_balanced", "power_saver", "low_power_saver", "high_power_saver",
                      "extreme_power_saver")
 # ONNX Runtime severities; QNN's own log level follows the session's severity
 LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
-SPIN_US = 20  # CPU workers' spin before they sleep (runtime/session.py says why it is short)
+SPIN_US = 20  # CPU workers' spin before they sleep (thread_options says why it is short)
 MAX_SPIN_US = 100_000
 
 
@@ -75,3 +79,26 @@ def log_severity(level: str | int) -> int:
         if key in LOG_LEVELS:
             return LOG_LEVELS[key]
     raise RuntimeModelError(f"unknown QNN log level {level!r} (choose from {', '.join(LOG_LEVELS)} or 0-4)")
+
+
+# ONNX Runtime's intra-op workers busy-wait for the next parallel section before they sleep. A
+# decode step is hundreds of small parallel sections, and waking a sleeping worker for each costs
+# more than the section on a small model; but on a CPU other processes keep busy, a spinning worker
+# takes the time slices the thread holding the work needs. Measured on SmolLM2 (python -m
+# runtime.ab): a long spin lost 27-31% of decode beside busy processes, no spin 27% on a quiet
+# machine. A spin of 20 us bridges the gaps between a step's sections and gives up soon after
+# (docs/benchmarks.md, "On a shared CPU"). RuntimeOptions.spin_us sets it; 0 turns spinning off.
+
+
+def thread_options(options: ort.SessionOptions, threads: int | None, spin_us: int = 0) -> None:
+    """The CPU thread pool of a session (the CPU EP's, or the host side of a QNN session).
+
+    The thread count is always given to ONNX Runtime explicitly: when it picks the count itself
+    (0) it also pins each worker to one core, and a pinned worker cannot move off a core another
+    process is using (measured: `Cpus_allowed_list` of the worker is `1` with 0, `0-1` with 2)."""
+    count = threads or len(os.sched_getaffinity(0))
+    options.intra_op_num_threads = count
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_us else "0")
+    if spin_us:
+        options.add_session_config_entry("session.intra_op.spin_duration_us", str(spin_us))

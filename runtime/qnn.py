@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from models.manifest import TargetBuild, TargetSpec
 from runtime.errors import RuntimeModelError
-from runtime.options import log_severity
+from runtime.options import log_severity, thread_options
 
 EP_NAME = "QNNExecutionProvider"
 
@@ -32,9 +32,10 @@ _lock = threading.Lock()
 _registered = False
 
 
-def is_simulator() -> bool:
-    """True where the wheel's HTP backend is the x86_64 simulator rather than a real NPU."""
-    return platform.machine().lower() in ("x86_64", "amd64")
+def is_simulator(machine: str | None = None) -> bool:
+    """True where the wheel's HTP backend is the x86_64 simulator rather than a real NPU; `machine`:
+    another host's platform.machine() (default this one's)."""
+    return (machine or platform.machine()).lower() in ("x86_64", "amd64")
 
 
 def _qnn_module():
@@ -44,6 +45,15 @@ def _qnn_module():
         raise RuntimeModelError(
             "the htp backend needs the onnxruntime-qnn package (pip install onnxruntime-qnn)") from None
     return onnxruntime_qnn
+
+
+def installed() -> bool:
+    """Whether the onnxruntime-qnn package is there (nothing is registered)."""
+    try:
+        _qnn_module()
+    except RuntimeModelError:
+        return False
+    return True
 
 
 def register() -> None:
@@ -118,9 +128,7 @@ def provider_options(*, soc_model: int | None = None, htp_arch: int | None = Non
 def session_options(provider_opts: dict[str, str], *, log_level: str | int = "error",
                     threads: int | None = None, config: dict[str, str] | None = None) -> ort.SessionOptions:
     """SessionOptions with the QNN EP added for its device(s) and CPU fallback disabled; the host
-    thread pool as runtime.session.thread_options sets it (no spinning: it idles while HTP runs)."""
-    from runtime.session import thread_options
-
+    thread pool as runtime.options.thread_options sets it (no spinning: it idles while HTP runs)."""
     so = ort.SessionOptions()
     so.log_severity_level = log_severity(log_level)
     thread_options(so, threads)

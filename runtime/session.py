@@ -9,36 +9,14 @@ run in fp16 and need the SoC model) and an EPContext model (`*_ctx.onnx` + its `
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from runtime import qnn
 from runtime.errors import RuntimeModelError
-from runtime.options import RuntimeOptions
-
-# ONNX Runtime's intra-op workers busy-wait for the next parallel section before they sleep. A
-# decode step is hundreds of small parallel sections, and waking a sleeping worker for each costs
-# more than the section on a small model; but on a CPU other processes keep busy, a spinning worker
-# takes the time slices the thread holding the work needs. Measured on SmolLM2 (python -m
-# runtime.ab): a long spin lost 27-31% of decode beside busy processes, no spin 27% on a quiet
-# machine. A spin of 20 us bridges the gaps between a step's sections and gives up soon after
-# (docs/benchmarks.md, "On a shared CPU"). RuntimeOptions.spin_us sets it; 0 turns spinning off.
-
-
-def thread_options(options: ort.SessionOptions, threads: int | None, spin_us: int = 0) -> None:
-    """The CPU thread pool of a session (the CPU EP's, or the host side of a QNN session).
-
-    The thread count is always given to ONNX Runtime explicitly: when it picks the count itself
-    (0) it also pins each worker to one core, and a pinned worker cannot move off a core another
-    process is using (measured: `Cpus_allowed_list` of the worker is `1` with 0, `0-1` with 2)."""
-    count = threads or len(os.sched_getaffinity(0))
-    options.intra_op_num_threads = count
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_us else "0")
-    if spin_us:
-        options.add_session_config_entry("session.intra_op.spin_duration_us", str(spin_us))
+from runtime.options import RuntimeOptions, thread_options
 
 
 class GraphSession:
@@ -93,8 +71,6 @@ class GraphSession:
 
     def _htp_session(self, opts: RuntimeOptions, htp_arch, fp16, share, extra_options,
                      extra_config) -> ort.InferenceSession:
-        from runtime import qnn
-
         kind = qnn.inspect_graph(self.path)
         config = dict(extra_config or {})
         if kind.ep_context:
@@ -125,8 +101,6 @@ class GraphSession:
             raise RuntimeModelError(f"cannot load {self.path.name} on QNN HTP: {msg}") from None
 
     def _check_context(self, kind) -> None:
-        from runtime import qnn
-
         for b in kind.binaries:
             if not b.is_file():
                 raise RuntimeModelError(f"{self.path.name} needs context binary {b.name}, which is missing; "

@@ -81,16 +81,17 @@ def test_build_quant_from_the_cli(tiny_sources, tmp_path):
     proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(out), "--context", "64",
                   "--prefill", "16,4", "--quant", "w8a16", "--calib", str(calib), "--calib-samples", "8")
     assert proc.returncode == 0, proc.stderr
-    q = load_manifest(out).quantization.model_dump()
-    assert q["recipe"] == "w8a16" and "notes.md" in q["calibration"]["sources"] and "greedy_agreement" in q["metrics"]
+    m = load_manifest(out)
+    assert m.quantization.recipe == "w8a16" and "notes.md" in m.quantization.ptq.calibration.sources
+    assert m.metrics.quantization.greedy_agreement is not None
     assert not list(tmp_path.glob(".w8*"))  # the float scratch build is gone
     # a device build may skip the held-out accuracy check (an hour for a real 135M model on 2 cores)
     proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(tmp_path / "w8-fast"),
                   "--context", "64", "--prefill", "16", "--quant", "w8a16", "--calib", str(calib),
                   "--calib-samples", "8", "--eval-samples", "0")
     assert proc.returncode == 0, proc.stderr
-    q = load_manifest(tmp_path / "w8-fast").quantization.model_dump()
-    assert q["recipe"] == "w8a16" and "greedy_agreement" not in q.get("metrics", {})
+    m = load_manifest(tmp_path / "w8-fast")
+    assert m.quantization.recipe == "w8a16" and m.metrics.quantization.greedy_agreement is None
     # the CPU target: int4 graphs; HTP targets are refused for them, bad recipes before any work
     proc = hexrag("build", "llm", "--weights", str(tiny_sources["llama"]), "--out", str(tmp_path / "i4"),
                   "--context", "64", "--prefill", "16", "--quant", "int4")

@@ -81,7 +81,7 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
     out = tmp_path / name
     build_llm(src, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
     m = load_manifest(out)
-    assert m.quantization.recipe == "int4" and m.quantization.weights == exact
+    assert m.quantization.recipe == "int4" and m.quantization.blocks.weights == exact
     graph = onnx.load(str(out / "step.onnx"), load_external_data=False)
     ops = [n.op_type for n in graph.graph.node]
     # every linear layer and the LM head, q/k/v and gate/up each stacked into one weight; packed
@@ -106,11 +106,11 @@ def test_int4_requant_drops_the_min_term(q4_sources, tmp_path):
                      quant=parse_quant("int4-requant"), progress=False)
     m = build_model(plan)
     assert m.quantization.recipe == "int4-requant"
-    assert m.quantization.weights == {"re-quantized from Q4_1 (4-bit asymmetric, round-to-nearest)": 14,
+    assert m.quantization.blocks.weights == {"re-quantized from Q4_1 (4-bit asymmetric, round-to-nearest)": 14,
                                       "re-quantized from Q8_0 (4-bit asymmetric, round-to-nearest)": 1}
     build_llm(src, tmp_path / "i4", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
     exact = load_manifest(tmp_path / "i4").quantization
-    assert m.quantization.linear_bytes < exact.linear_bytes
+    assert m.quantization.blocks.linear_bytes < exact.blocks.linear_bytes
     ops = [n.op_type for n in onnx.load(str(tmp_path / "rq" / "step.onnx"), load_external_data=False).graph.node]
     assert "ReduceSum" not in ops and "MatMul" not in ops and ops.count("MatMulNBits") == 4 * tm.N_LAYER + 1
     prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
@@ -126,7 +126,7 @@ def test_int8_and_float_sources(tiny_sources, tmp_path):
     for quant, floor in (("int8", 0.999), ("int4", 0.95)):
         out = tmp_path / quant
         build_llm(tiny_sources["qwen2"], out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant=quant)
-        origins = load_manifest(out).quantization.weights
+        origins = load_manifest(out).quantization.blocks.weights
         assert all(o.startswith("re-quantized from float") for o in origins)
         prompt = [int(t) for t in np.random.default_rng(3).integers(3, 290, size=9)]
         tokens, logits = run_greedy(out, prompt, 4)

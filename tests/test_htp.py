@@ -316,18 +316,48 @@ def test_qnn_profile_from_the_environment(htp_models, tmp_path, monkeypatch):
     assert abs(sum(n["share"] for n in q["nodes"]) - 1.0) < 1e-6
 
 
-def test_one_plan_builds_quantizes_and_compiles(tiny_sources, tmp_path):
-    """build_model runs a whole BuildPlan: float graphs, w8a16 PTQ, HTP compilation, each recorded
-    in the manifest, with no scratch build left beside the output."""
+def test_one_plan_builds_quantizes_and_compiles(tiny_sources, tmp_path, monkeypatch):
+    """build_model runs a whole BuildPlan: float graphs, w8a16 PTQ, HTP compilation of both variants,
+    each recorded in the manifest, with no scratch build left beside the output. The steps pass the
+    manifest on in memory: it is written once and every file hashed once, at the end."""
+    import models.manifest as manifest_module
     from build_scripts.plan import BuildPlan, HtpBuild, HtpPtq, LLMShape, build_model
 
+    hashed, saves, sha256_file, save = [], [], manifest_module.sha256_file, manifest_module.Manifest.save
+    monkeypatch.setattr(manifest_module, "sha256_file", lambda path, *a: hashed.append(path) or sha256_file(path, *a))
+    monkeypatch.setattr(manifest_module.Manifest, "save", lambda m, d: saves.append(d) or save(m, d))
     out, lines = tmp_path / "tiny", []
     plan = BuildPlan(weights=str(tiny_sources["llama"]), out=out, shape=LLMShape(context=64, prefill=(16,)),
                      quant=HtpPtq(recipe="w8a16", samples=8, eval_samples=0),
-                     htp=HtpBuild(targets=(TARGET,), variant="sim"), progress=False)
+                     htp=HtpBuild(targets=(TARGET,), variant="both"), progress=False)
     manifest = build_model(plan, lines.append)
+    assert len(saves) == 1 and sorted(p.name for p in hashed if p.name == "weights.data") == ["weights.data"]
+    assert len(hashed) == len(set(hashed)) == len(manifest.files)  # every file of the build once, nothing else
+    monkeypatch.undo()
     assert manifest.quantization.recipe == "w8a16" and manifest.context == 64
-    assert [(b.target, b.variant) for b in manifest.target.builds] == [(TARGET, "sim")]
+    assert [(b.target, b.variant) for b in manifest.target.builds] == [(TARGET, "sim"), (TARGET, "shared")]
+    assert load_manifest(out) == manifest  # as written, and every file as hashed
     assert all((out / p).is_file() for p in _build(out).graphs.values())
-    assert lines == [f"compiled tiny for {TARGET} (sim)"]
+    assert lines == [f"compiled tiny for {TARGET} (sim)", f"compiled tiny for {TARGET} (shared)"]
     assert [p.name for p in tmp_path.iterdir()] == ["tiny"]
+
+
+def test_a_variant_compiled_before_a_failing_one_is_recorded(tiny_builds, tmp_path, monkeypatch):
+    """`hexrag compile --variant both` writes its manifest once; when the shared variant fails after
+    the sim one compiled, the sim build is still recorded, so the directory stays one the runtime loads."""
+    import build_scripts.compile as compile_module
+    from build_scripts.plan import HtpBuild, compile_model
+
+    d = tmp_path / "llama"
+    shutil.copytree(tiny_builds["llama"], d)
+    real = compile_module.compile_model_dir
+
+    def sim_only(model_dir, targets, shared, **kwargs):
+        if shared:
+            raise BuildError("the shared variant failed")
+        return real(model_dir, targets, shared, **kwargs)
+
+    monkeypatch.setattr(compile_module, "compile_model_dir", sim_only)
+    with pytest.raises(BuildError, match="shared variant failed"):
+        compile_model(d, HtpBuild(targets=(TARGET,), variant="both"))
+    assert [(b.target, b.variant) for b in load_manifest(d).target.builds] == [(TARGET, "sim")]

@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture()
 def cli(tmp_path, tiny_builds):
-    env = {**os.environ, "HEXRAG_KB": str(tmp_path / "kb"), "HEXRAG_EMBEDDER": str(tiny_builds["bert"])}
+    base = {**os.environ, "HEXRAG_KB": str(tmp_path / "kb"), "HEXRAG_EMBEDDER": str(tiny_builds["bert"])}
 
-    def run(*args: str) -> subprocess.CompletedProcess:
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,
-                              timeout=300, cwd=ROOT, env=env)
+                              timeout=300, cwd=ROOT, env={**base, **(env or {})})
 
     return run
 
@@ -133,6 +133,12 @@ def test_ingest_refuses_files_over_the_size_limit(cli, docs):
     assert proc.stderr.strip() == f"failed: {docs / 'big.md'}: larger than the 1048576 byte limit"
     listed = json.loads(cli("kb", "list", "--json").stdout)
     assert sorted(d["name"] for d in listed) == ["faq.jsonl", "manual.md"]
+    # the setting, read where every HEXRAG_* name is (app/settings.py), when the flag is not given
+    proc = cli("ingest", str(docs / "big.md"), "--quiet", env={"HEXRAG_MAX_FILE_MB": "0.5"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"failed: {docs / 'big.md'}: larger than the 524288 byte limit"
+    proc = cli("ingest", str(docs / "big.md"), "--quiet", env={"HEXRAG_MAX_FILE_MB": "-1"})
+    assert proc.returncode == 1 and proc.stderr.startswith("error: HEXRAG_MAX_FILE_MB:")
 
 
 @pytest.mark.parametrize("source", ["", "~nosuchuser/notes.md", "notes\x01.md"])

@@ -104,8 +104,8 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     prefilling them, and stays grounded."""
     import shutil
 
-    from app.answer.passages import instructions as told
-    from app.answer.passages import passage_prompt, with_system
+    from app.answer.passages import passage_prompt
+    from knowledge.prompts import answer_instructions as told, with_system
     from app.assistant import Assistant
     from app.settings import Settings
 
@@ -136,8 +136,8 @@ def test_answers_place_the_instructions_rows_without_passage_kv(smollm_build, mi
     nothing on disk), and answers as it does when they are prefilled."""
     import shutil
 
-    from app.answer.passages import instructions as told
-    from app.answer.passages import passage_prompt, with_system
+    from app.answer.passages import passage_prompt
+    from knowledge.prompts import answer_instructions as told, with_system
     from app.assistant import Assistant
     from app.settings import Settings
 

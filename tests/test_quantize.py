@@ -93,8 +93,8 @@ def _teacher_forced(a: Decoder, b: Decoder, seqs):
 def test_w8a16_manifest_graphs_and_shared_kv_encoding(w8, tiny_builds):
     d = w8["dir"]
     m = load_manifest(d)  # every file hashes as recorded
-    q = m.quantization.model_dump()
-    assert q["recipe"] == "w8a16" and q["activations"] == "uint16"
+    q = m.quantization.model_dump(exclude_none=True)
+    assert q["recipe"] == "w8a16" and q["ptq"]["recipe"]["activations"] == "uint16"
     assert (tiny_builds["llama"] / "manifest.json").is_file()  # out=...: the float build is untouched
     assert load_manifest(tiny_builds["llama"]).quantization.recipe == "none"
     # KV cache I/O is uint16 in every graph; everything else at the boundary stays as it was
@@ -117,16 +117,16 @@ def test_w8a16_manifest_graphs_and_shared_kv_encoding(w8, tiny_builds):
     # the float-boundary inputs say how the graph quantizes them inside
     assert q["io"]["decode"]["attention_mask"]["quantized_inside"]["dtype"] == "uint16"
     # calibration used real text through every graph, held-out metrics were recorded
-    c = q["calibration"]
+    c = q["ptq"]["calibration"]
     assert {"aurora_faq.jsonl", "aurora_manual.md", "generic-chat"} <= set(c["sources"])
     assert all(c["runs"][g.name] > 0 for g in m.graphs)
-    metrics = q["metrics"]
-    assert metrics["logits_cosine"] >= 0.995 and metrics["greedy_agreement"] >= 0.9
-    assert abs(metrics["perplexity_change"]) < 0.05
-    assert m.metrics.quantization.model_dump(exclude_none=True) == metrics
-    assert m.metrics.quantization.greedy_agreement == metrics["greedy_agreement"]
-    assert q["weights"]["tensors"]["layers.1.up.weight_t"]["rounding"] == "gptq"
-    assert q["calibration"]["gptq"]["weights"] == 14 and not q["calibration"]["gptq"]["skipped"]
+    metrics = m.metrics.quantization  # one record of the metrics, typed
+    assert metrics.logits_cosine >= 0.995 and metrics.greedy_agreement >= 0.9
+    assert abs(metrics.perplexity_change) < 0.05 and "metrics" not in q
+    assert metrics.model_dump(exclude_none=True) == w8["result"]["metrics"]
+    assert q["ptq"]["weights"]["tensors"]["layers.1.up.weight_t"]["rounding"] == "gptq"
+    assert c["gptq"]["weights"] == 14 and not c["gptq"]["skipped"]
+    assert q["ptq"]["report"] == ["quantization.md", "quantization_ranges.json", "quantization_ranges.png"]
     report = (d / "quantization.md").read_text()
     assert "Activation ranges per layer" in report and "| 0 |" in report and "| 1 |" in report
     ranges = json.loads((d / "quantization_ranges.json").read_text())
@@ -311,7 +311,7 @@ def test_a_v68_build_quantizes_the_lm_head_to_8_bits_and_compiles_fully(tiny_bui
     assert not recipe.source_grid  # v68 takes int4 block weights but not int8 ones
     out = tmp_path / "llama_v68"
     quantize_model_dir(tiny_builds["llama"], recipe, samples=SAMPLES, out=out, progress=False, eval_samples=2)
-    assert load_manifest(out).quantization.weights["tensors"]["lm_head"]["type"] == "int8"
+    assert load_manifest(out).quantization.ptq.weights.tensors["lm_head"].type == "int8"
     compile_model_dir, _, _ = _htp()
     entry = compile_model_dir(out, ["sa8295p"], shared=False, fp16=False)
     assert all(p["cpu"] == 0 and p["htp"] > 100 for p in entry.builds[0].placement.values())
@@ -371,8 +371,8 @@ def test_wrap_context_binaries_load_like_our_own_builds(w8, tmp_path, monkeypatc
     assert proc.returncode == 0, proc.stderr
     wrapped = load_manifest(out)
     assert wrapped.target.builds[0].wrapped == names
-    assert wrapped.quantization.model_dump()["kv_cache"]["tensors"] == {k: {"scale": e["scale"], "zero_point": e["zero_point"]}
-                                                           for k, e in kv.items()}
+    tensors = wrapped.quantization.model_dump(exclude_none=True)["kv_cache"]["tensors"]
+    assert tensors == {k: {"scale": e["scale"], "zero_point": e["zero_point"]} for k, e in kv.items()}
     assert not list(out.glob("*.onnx")) and not (out / "weights.data").exists()  # binaries only
     sm8650 = RuntimeOptions(backend="htp", target="sm8650")
     ours, theirs = Decoder(d, sm8650), Decoder(out, sm8650)
@@ -454,7 +454,7 @@ def test_block_weights_compile_to_lpbq_and_run(tiny_builds, tmp_path, monkeypatc
     out = tmp_path / "llama_blocks"
     result = quantize_model_dir(tiny_builds["llama"], recipe, samples=SAMPLES, out=out, progress=False,
                                 eval_samples=4)
-    q = load_manifest(out).quantization.model_dump()
+    q = load_manifest(out).quantization.ptq.model_dump()
     blocked = q["weights"]["blocked"]
     assert len(blocked) == 7 * 2 and set(blocked.values()) == {64}  # q k v o gate up down, both layers
     assert q["weights"]["tensors"]["lm_head"]["type"] == "int16"
@@ -537,7 +537,7 @@ def test_source_grid_runs_the_gguf_blocks_exactly_and_compiles(tiny_builds, tmp_
     src = tiny_builds["llama_q41"]
     out = tmp_path / "q41_grid"
     result = quantize_model_dir(src, recipe, samples=SAMPLES, out=out, progress=False, eval_samples=4)
-    tensors = load_manifest(out).quantization.weights["tensors"]
+    tensors = load_manifest(out).quantization.ptq.model_dump(exclude_none=True)["weights"]["tensors"]
     linear = [w for w, t in tensors.items() if t["role"] == "linear"]
     assert len(linear) == 7 * 2 and all(tensors[w]["granularity"] == "gguf Q4_1 block32" for w in linear)
     mins = [w.replace(".weight_t", ".mins_t") for w in linear]
@@ -588,8 +588,8 @@ def test_linear_layers_with_the_widest_outputs_stay_float(w8, tiny_builds, tmp_p
     threshold = (reach[widest] + reach[second]) / 2
     result = quantize_model_dir(tiny_builds["llama"], {"base": "w8a16", "float_range": threshold}, samples=SAMPLES,
                                 out=out, progress=False, eval_samples=4)
-    q = load_manifest(out).quantization.model_dump()
-    assert q["recipe_spec"]["keep_float"][-1] == widest and widest not in RECIPES["w8a16"].keep_float
+    q = load_manifest(out).quantization.ptq.model_dump()
+    assert q["recipe"]["keep_float"][-1] == widest and widest not in RECIPES["w8a16"].keep_float
     weight = f"{widest.split('/')[1]}.{widest.rsplit('/', 1)[1]}.weight_t"  # /layers.1/mlp/down -> layers.1.down
     assert q["weights"]["tensors"][weight]["type"] == "float"
     assert sum(t["type"] == "int8" for t in q["weights"]["tensors"].values()) == len(linear) - 1
@@ -611,8 +611,8 @@ def test_recipe_file_overrides_and_in_place_quantization(tiny_builds, tmp_path):
     result = quantize_model_dir(d, recipe, samples=12, progress=False, evaluate=False)  # in place
     assert result["model_dir"] == str(d.resolve()) and not result["metrics"]
     m = load_manifest(d)
-    q = m.quantization.model_dump()
-    assert q["recipe"] == "w4a16-first-block-8bit" and q["recipe_spec"]["block_size"] == 64
+    q = m.quantization.ptq.model_dump(exclude_none=True)
+    assert q["recipe"]["name"] == "w4a16-first-block-8bit" and q["recipe"]["block_size"] == 64
     tensors = q["weights"]["tensors"]
     assert tensors["layers.0.down.weight_t"] == {"role": "linear", "type": "int8", "symmetric": True,
                                                   "granularity": "per-channel"}
@@ -667,12 +667,28 @@ def test_recipe_errors(tmp_path):
 # Calibration data
 # ------------------------------------------------------------------------------------------------
 
+def assert_retrieval_samples_are_the_apps_prompts(samples: list) -> None:
+    """A retrieval sample is, to the character, the prompt the app builds for that FAQ entry as its
+    one passage, with the default answer profile (app/answer: with_system, then with_passages)."""
+    from app.answer.passages import Passage, with_passages
+    from knowledge.profile import AnswerProfile
+    from knowledge.prompts import answer_instructions, with_system
+
+    rag = [s for s in samples if s.is_chat and s.messages[0]["role"] == "system"]
+    assert rag
+    for s in rag:
+        told = with_system([{"role": "user", "content": s.question}], answer_instructions(AnswerProfile()))
+        assert s.messages == with_passages(told, [Passage(1, None, s.question, s.answer, True)])
+        assert s.plain() == f"{s.question}\n{s.answer}"  # what an embedder calibrates on: no prompt text
+
+
 def test_calibration_text_split_chat_rendering_and_coverage(tiny_builds, tmp_path):
     calib, held, paths = cal.calibration_texts(None, None)
     assert [p.name for p in paths] == ["aurora_faq.jsonl", "aurora_manual.md"]
     key = lambda s: (s.text, s.answer)  # noqa: E731
     assert not {key(s) for s in held} & {key(s) for s in calib}  # held out means never calibrated on
     assert any(s.is_chat and s.messages[0]["role"] == "system" for s in calib)  # RAG-style prompts too
+    assert_retrieval_samples_are_the_apps_prompts(calib)
     llm = LLM(tiny_builds["llama"])
     seqs = cal.tokenize_samples(llm, cal.pick(calib, 20), llm.context, 16, buckets=llm.decoder.buckets)
     chat = next(s for s in seqs if s.source == "aurora_faq.jsonl")

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.answer.passages import Passage, instructions, passage_prompt, with_system
+from app.answer.passages import Passage, passage_prompt
 from knowledge.profile import AnswerProfile
+from knowledge.prompts import answer_instructions, with_system
 from runtime.kv_cache import KVRows
 from runtime.llm import LLM
 
@@ -33,7 +34,7 @@ MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 p
 
 def _one_question(profile: AnswerProfile, voice: bool) -> list[dict]:
     """A one-question conversation with the answer instructions of text or of voice answers."""
-    return with_system([{"role": "user", "content": "?"}], instructions(profile, voice))
+    return with_system([{"role": "user", "content": "?"}], answer_instructions(profile, voice))
 
 
 class PassageKV:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.answer.relevance import Confidence, coverage, rerank, score
-from app.voice import voice_instructions
 from knowledge.profile import AnswerProfile
+from knowledge.prompts import PASSAGE_SEP, passage_text, passage_turn
 from knowledge.retrieval import Hit
 
 # Answerability on the best passage, the defaults of a KB's profile: set on the sample car KB's
@@ -33,16 +33,6 @@ BUDGET_MARGIN, BUDGET_SHARE = 0.08, 0.75
 FAQ_LEAD, FAQ_LEAD_SHARE = 0.05, 0.8
 MAX_PASSAGES = 3
 
-
-
-def instructions(profile: AnswerProfile, voice: bool = False) -> list[str]:
-    """The answer instructions (the system turn) for a KB's profile: who the assistant is and whom it
-    answers come from the profile; what makes an answer grounded is the same for every KB."""
-    grounded = (f"{profile.assistant} Answer {profile.user}'s question in one or two short, complete sentences, "
-                "using only the facts in the passages. Write numbers, units, names, commands and settings exactly as "
-                "the passages write them. Do not mention the passages. If the passages do not contain the answer, "
-                "reply only: I don't know. Answer in the language of the question.")
-    return [grounded, voice_instructions(profile)] if voice else [grounded]
 
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -73,7 +63,7 @@ class Passage:
 
     def render(self) -> str:
         head = f"FAQ: {self.title}" if self.faq else (self.hit.heading or self.title)
-        return f"Passage {self.index} ({head}):\n{self.body}"
+        return passage_text(self.index, head, self.body)
 
 
 def confidence(question: str, best: Hit, readable: bool, ignore: set[str] = frozenset()) -> Confidence:
@@ -114,22 +104,11 @@ def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES,
     return [h for h in ranked[:limit] if close(h, BUDGET_MARGIN, BUDGET_SHARE)]
 
 
-def with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
-    """One system turn first: the instructions, then any system text of the request's own."""
-    if not instructions:
-        return messages
-    user_system = [m["content"] for m in messages if m["role"] == "system"]
-    system = "\n\n".join([*instructions, *user_system])
-    return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
-
-
 def with_passages(messages: list[dict], passages: list[Passage], note: str = "") -> list[dict]:
     """Instructions as the system turn, the passages beside the last question; `note`: what the host
     worked out for the model (limits.comparison_note), after the question."""
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    block = "\n\n".join(p.render() for p in passages)
-    told = f"\n({note})" if note else ""
-    turn = {"role": "user", "content": f"{block}\n\nQuestion: {messages[last]['content']}{told}"}
+    turn = {"role": "user", "content": passage_turn([p.render() for p in passages], messages[last]["content"], note)}
     return messages[:last] + [turn] + messages[last + 1:]
 
 
@@ -161,7 +140,7 @@ def passage_prompt(llm, messages: list[dict], passages: list[Passage], note: str
         end = start + len(p.render())
         inside = [i + shift for i, (a, b) in enumerate(encoding.offsets) if a >= start and b <= end]
         spans.append((inside[0], len(inside)) if inside else (0, 0))
-        start = end + 2  # the blank line between passages
+        start = end + len(PASSAGE_SEP)
     system = [m for m in messages if m["role"] == "system"]
     prefix = llm.encode(llm.chat_prompt(system + [{"role": "user", "content": _SLOT}]).split(_SLOT)[0])
     return PassagePrompt(ids, [s for s in spans if s[1]], prefix)

@@ -18,15 +18,15 @@ from functools import partial
 
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
-from app.answer.passages import (Passage, confidence, confident, instructions, language, passage_prompt, select,
-                                 with_system)
+from app.answer.passages import Passage, confidence, confident, language, passage_prompt, select
 from app.answer.limits import Limit, comparison_note, judge_limit
 from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
                                  meant, on_topic, parts)
 from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import join_sentences, split_sentences, strip_markdown
 from app.answer.types import AnswerRequest, Citation
-from app.voice import VOICE_MAX_TOKENS, voice_instructions
+from app.voice import VOICE_MAX_TOKENS
+from knowledge.prompts import answer_instructions, voice_instructions, with_system
 from knowledge.profile import AnswerProfile
 from knowledge.retrieval import MAX_UNKNOWN_SHARE
 from runtime.errors import ContextOverflowError
@@ -183,7 +183,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         return done()
 
     room = min(max_tokens, llm.context // 4)  # the answer's share of the context
-    told = instructions(profile, req.voice)
+    told = answer_instructions(profile, req.voice)
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(told[0]))
     asked = parts(question)
     plan.passages = _fit(llm, kb, asked, chosen, budget)

@@ -14,7 +14,7 @@ from app.jobs import FileFailure, IngestJob
 from app.schemas import SearchRequest
 from app.state import AppState
 from app.uploads import ALLOWED, MAX_FILES, read_form_files, remove_upload, safe_name, stage, unsupported
-from knowledge import DocumentRecord, KnowledgeBase, UnknownDocumentError
+from knowledge import DocumentRecord, KnowledgeBase
 
 router = APIRouter(prefix="/v1/knowledge", dependencies=[Depends(check_api_key)])
 
@@ -106,10 +106,9 @@ def _exact_document(docs: list[DocumentRecord], source: str | None, doc_id: int 
 
 def _delete(kb: KnowledgeBase, source: str | None, doc_id: int | None) -> DocumentRecord:
     doc = _exact_document(kb.list_documents(), source, doc_id)
-    try:
-        kb.delete(doc.source)  # an exact source matches only itself
-    except UnknownDocumentError:  # deleted meanwhile (by the CLI)
-        raise APIError(404, f"no document {doc.source!r}", "document_not_found", param="source") from None
+    # an exact source matches only itself; one deleted meanwhile (by the CLI) raises UnknownDocumentError,
+    # a 404 by app/errors.py's table
+    kb.delete(doc.source)
     remove_upload(kb, doc.source)
     return doc
 

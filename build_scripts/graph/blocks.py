@@ -26,6 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.quants import Q4_K
 
+from models.manifest import QuantizationSpec
+from models.ptq import CpuBlocksRecord
+
 BLOCK = 32  # GGUF's block size
 
 
@@ -231,7 +234,8 @@ class BlockRecipe:
         self.bytes += 0 if bw.mins is None else bw.mins.nbytes
         return bw
 
-    def summary(self) -> dict:
-        counts = dict(Counter(self.origins.values()))
-        return {"recipe": self.name, "format": "MatMulNBits", "accuracy_level": ACCURACY_LEVEL,
-                "description": CPU_RECIPES[self.name], "weights": counts, "linear_bytes": self.bytes}
+    def summary(self) -> QuantizationSpec:
+        """The manifest's record of the blocks written."""
+        record = CpuBlocksRecord(accuracy_level=ACCURACY_LEVEL, description=CPU_RECIPES[self.name],
+                                 weights=dict(Counter(self.origins.values())), linear_bytes=self.bytes)
+        return QuantizationSpec(recipe=self.name, format="MatMulNBits", blocks=record)

@@ -9,7 +9,8 @@ qdq (prepare / quantize / LPBQ blocks / uint16 KV I/O / shared weights file), re
 float, activation ranges), pipeline (the whole chain), evaluate (command line measurement).
 """
 
-from build_scripts.quantize.pipeline import format_summary, quantize_model_dir
+from build_scripts.quantize.pipeline import format_summary, quantize_into, quantize_model_dir
 from build_scripts.quantize.recipes import RECIPES, Recipe, for_targets, resolve_recipe
 
-__all__ = ["quantize_model_dir", "format_summary", "RECIPES", "Recipe", "for_targets", "resolve_recipe"]
+__all__ = ["quantize_model_dir", "quantize_into", "format_summary", "RECIPES", "Recipe", "for_targets",
+           "resolve_recipe"]

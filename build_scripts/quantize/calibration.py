@@ -3,7 +3,7 @@
     text sources (FAQ .jsonl, manuals .md/.txt, a directory of them)
         │  split into samples; every HOLDOUT_EVERY-th sample is held out for the accuracy report
         ▼
-    LLM: chat samples (question → answer, some with a RAG context passage) rendered with the
+    LLM: chat samples (question → answer, some as the app's answer prompt) rendered with the
          model's chat template; prose samples cut into a prompt and a continuation
         │  tokenized with the model's tokenizer.json
         ▼
@@ -34,6 +34,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from build_scripts.errors import BuildError
+from knowledge.profile import AnswerProfile
+from knowledge.prompts import answer_instructions, passage_text, passage_turn, with_system
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +44,9 @@ DEFAULT_SOURCES = ("aurora_faq.jsonl", "aurora_manual.md")
 TEXT_SUFFIXES = (".jsonl", ".json", ".md", ".txt")
 HOLDOUT_EVERY = 5  # sample i is held out when i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
 
-# the app's RAG system prompt, in substance (build_scripts may not import app)
-RAG_SYSTEM = ("Answer the user's question using only the numbered context passages below. Cite the passages "
-              "you use as [1], [2]. If the passages do not contain the answer, say that you do not know.")
+# retrieval samples are the app's own answer prompts (knowledge/prompts.py), with the profile every KB
+# starts from: the instructions as the system turn, the passage beside the question
+RAG_PROFILE = AnswerProfile()
 
 # chat-style prompts that are not about the knowledge base, so calibration also sees small talk
 GENERIC_CHAT = [
@@ -68,16 +70,21 @@ class TextSample:
     text: str = ""  # prose
     messages: list[dict] = field(default_factory=list)  # chat: system?/user messages
     answer: str = ""  # chat: the assistant reply (teacher-forced continuation)
+    question: str = ""  # chat: the question alone (a retrieval sample's user turn shows a passage too)
 
     @property
     def is_chat(self) -> bool:
         return bool(self.messages)
 
+    @property
+    def questions(self) -> list[str]:
+        return [self.question] if self.question else [m["content"] for m in self.messages if m["role"] == "user"]
+
     def plain(self) -> str:
         """The sample as one string (embedders, and a chat-less LLM)."""
         if not self.is_chat:
             return self.text
-        return "\n".join([*(m["content"] for m in self.messages if m["role"] == "user"), self.answer])
+        return "\n".join([*self.questions, self.answer])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -141,8 +148,8 @@ def _paragraph_chunks(text: str, target_chars: int = 700) -> list[str]:
 def load_samples(paths: Iterable[Path], rag_every: int = 3) -> list[TextSample]:
     """Samples from files, in a deterministic order.
 
-    .jsonl/.json: objects with question+answer become chat turns (every `rag_every`-th one with
-    the app's RAG system prompt and the answer as its context passage); objects with
+    .jsonl/.json: objects with question+answer become chat turns (every `rag_every`-th one as the
+    app's answer prompt, the entry shown as its passage); objects with
     text/content/answer become prose. .md/.txt: heading-aware chunks of prose.
     """
     out: list[TextSample] = []
@@ -166,10 +173,10 @@ def load_samples(paths: Iterable[Path], rag_every: int = 3) -> list[TextSample]:
                 q, a = row.get("question"), row.get("answer")
                 if isinstance(q, str) and isinstance(a, str):
                     messages = [{"role": "user", "content": q}]
-                    if n_chat % rag_every == rag_every - 1:
-                        ctx = f"[1] {name}: {a}"
-                        messages.insert(0, {"role": "system", "content": RAG_SYSTEM + "\n\nContext:\n" + ctx})
-                    out.append(TextSample(name, messages=messages, answer=a))
+                    if n_chat % rag_every == rag_every - 1:  # the entry shown as the app shows an FAQ passage
+                        turn = passage_turn([passage_text(1, f"FAQ: {q}", a)], q)
+                        messages = with_system([{"role": "user", "content": turn}], answer_instructions(RAG_PROFILE))
+                    out.append(TextSample(name, messages=messages, answer=a, question=q))
                     n_chat += 1
                     continue
                 text = next((row[k] for k in ("text", "content", "answer", "question")
@@ -228,8 +235,8 @@ class TokenSequence:
 
 
 def _fit_chat(llm, messages: list[dict], budget: int) -> list[int]:
-    """The chat prompt's ids within `budget` tokens: drop a RAG system passage first, then cut
-    the longest message at a word boundary (the template's structure stays intact)."""
+    """The chat prompt's ids within `budget` tokens: drop the system turn (instructions) first, then
+    cut the longest message at a word boundary (the template's structure stays intact)."""
     prompt = llm.encode_chat(messages)
     if len(prompt) <= budget:
         return prompt

@@ -17,7 +17,6 @@ read from the source directory until the end, because the accuracy report needs 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import sys
@@ -37,8 +36,9 @@ from build_scripts.quantize.gptq import HessianStore
 from build_scripts.quantize.recipes import Recipe, resolve_recipe
 from build_scripts.quantize.report import compare_embedders, compare_llms, layer_table, write_report
 from build_scripts.staging import staged_directory
-from models.manifest import (GraphSpec, Manifest, QualityMetrics, QuantizationSpec, TargetSpec, TensorSpec,
-                             hash_directory, load_manifest, package_versions)
+from models.manifest import (GraphSpec, KVCacheSpec, KVEncoding, Manifest, QuantizationSpec, TargetSpec, TensorSpec,
+                             directory_files, load_manifest, package_versions, seal)
+from models.ptq import CalibrationRecord, GptqSummary, PtqRecord, PtqWeights, QualityMetrics, RecipeSpec
 from runtime.decoder import START_GRAPH
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ PREPARED_DATA = "prepared.data"
 def _copy_support_files(src: Path, m: Manifest, dest: Path) -> None:
     """Everything but the graphs, the weights and HTP builds (both are rebuilt from the new graphs)."""
     skip = {g.file for g in m.graphs} | {m.weights_file}
-    for rel in m.files:
+    for rel in directory_files(src):
         if rel in skip or rel.startswith("htp/") or rel.startswith(REPORT):
             continue
         target = dest / rel
@@ -262,30 +262,40 @@ def _quantize_graphs(graphs: list[GraphSpec], prepared: dict[str, Path], ranges:
     return models, info
 
 
-def _gptq_summary(rounded: dict | None) -> dict | None:
+def _gptq_summary(rounded: dict | None) -> GptqSummary | None:
     if not rounded:
         return None
-    return {"weights": len(rounded["per_channel"]) + len(rounded["blocks"]), "skipped": rounded["skipped"],
-            "seconds": rounded["seconds"]}
+    return GptqSummary(weights=len(rounded["per_channel"]) + len(rounded["blocks"]), skipped=rounded["skipped"],
+                       seconds=rounded["seconds"])
 
 
-def _kv_record(info: dict, kv_ranges: dict, recipe: Recipe) -> dict[str, Any]:
+def _kv_record(info: dict, kv_ranges: dict, recipe: Recipe) -> KVCacheSpec:
     """The one KV encoding per tensor, checked identical across every graph."""
-    tensors: dict[str, dict] = {}
+    tensors: dict[str, KVEncoding] = {}
     for graph, io in info["io"].items():
         for name, p in io.items():
             if not name.startswith(("past_", "new_")):
                 continue
             key = name.split("_", 1)[1]
-            enc = {"scale": p["scale"], "zero_point": p["zero_point"]}
             if key not in tensors:
                 lo, hi = kv_ranges[key]
-                tensors[key] = {**enc, "rmin": lo, "rmax": hi}
-            elif (tensors[key]["scale"], tensors[key]["zero_point"]) != (enc["scale"], enc["zero_point"]):
-                raise BuildError(f"graph {graph} quantized {name} with {enc}, another graph with "
-                                 f"{tensors[key]}: the KV encodings are not shared")
-    return {"dtype": recipe.kv_cache, "margin": recipe.kv_margin, "graphs": sorted(info["io"]),
-            "tensors": dict(sorted(tensors.items(), key=lambda kv: (kv[0].split("_")[0], int(kv[0].split("_")[1]))))}
+                tensors[key] = KVEncoding(scale=p["scale"], zero_point=p["zero_point"], rmin=lo, rmax=hi)
+            elif (tensors[key].scale, tensors[key].zero_point) != (p["scale"], p["zero_point"]):
+                raise BuildError(f"graph {graph} quantized {name} with scale {p['scale']}, zero point "
+                                 f"{p['zero_point']}, another graph with {tensors[key].scale}, "
+                                 f"{tensors[key].zero_point}: the KV encodings are not shared")
+    order = sorted(tensors, key=lambda key: (key.split("_")[0], int(key.split("_")[1])))  # key_0 .. value_N
+    return KVCacheSpec(dtype=recipe.kv_cache, margin=recipe.kv_margin, graphs=sorted(info["io"]),
+                       tensors={key: tensors[key] for key in order})
+
+
+def _ptq_record(recipe: Recipe, info: dict, weights_bytes: int, float_bytes: int,
+                calibration: CalibrationRecord) -> PtqRecord:
+    """The record both model kinds write: the recipe run, each weight's encoding, the overrides taken."""
+    return PtqRecord(recipe=RecipeSpec.model_validate(recipe.model_dump()), calibration=calibration,
+                     weights=PtqWeights(file=WEIGHTS_FILE, bytes=weights_bytes, float_bytes=float_bytes,
+                                        tensors=info["weights"], blocked=info["blocked"]),
+                     overrides=info["overrides"], quantize_seconds=info["quantize_seconds"])
 
 
 def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict = "w8a16",
@@ -306,67 +316,72 @@ def quantize_model_dir(model_dir: str | Path, recipe: str | Path | Recipe | dict
                   eval_tokens continuation tokens each, default up to the context)
     Returns a summary (also recorded in the manifest's `quantization` field).
     """
-    start = time.perf_counter()
     src = Path(model_dir).resolve()
-    m = load_manifest(src)
-    if m.quantization.recipe != "none":
-        raise BuildError(f"{src} is already quantized ({m.quantization.recipe}): quantize its float build")
-    recipe = resolve_recipe(recipe)
     dest = Path(out).resolve() if out else src
-    with staged_directory(dest) as tmp, tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
-        work = Path(work_dir)
-        _copy_support_files(src, m, tmp)
-        if m.kind == "llm":
-            result = _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps,
-                                   evaluate, eval_samples, eval_tokens)
-        else:
-            result = _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress,
-                                        evaluate, eval_samples)
-        result["seconds"] = round(time.perf_counter() - start, 1)
-        result["model_dir"] = str(dest)
-        final = load_manifest(tmp, verify=False)
-        final.quantization.seconds = result["seconds"]
-        final.files = hash_directory(tmp)
-        final.save(tmp)
+    m = load_manifest(src)
+    with staged_directory(dest) as tmp:
+        new, result = quantize_into(src, m, tmp, recipe, calib, samples, progress, decode_steps, evaluate,
+                                    eval_samples, eval_tokens)
+        seal(tmp, new)
+    result["model_dir"] = str(dest)
     if progress:
         print(format_summary(result), file=sys.stderr)
     return result
 
 
+def quantize_into(src: Path, m: Manifest, tmp: Path, recipe: str | Path | Recipe | dict = "w8a16",
+                  calib: str | Path | list | None = None, samples: int | None = 64, progress: bool = True,
+                  decode_steps: int | None = None, evaluate: bool = True, eval_samples: int | None = None,
+                  eval_tokens: int | None = None) -> tuple[Manifest, dict[str, Any]]:
+    """The quantized build of the float directory `src` (its manifest `m`, as read or as a build
+    holds it) written into `tmp`; returns its manifest, unsaved for the build's next step, and a
+    summary. Options as quantize_model_dir's."""
+    start = time.perf_counter()
+    if m.quantization.recipe != "none":
+        raise BuildError(f"{src} is already quantized ({m.quantization.recipe}): quantize its float build")
+    recipe = resolve_recipe(recipe)
+    with tempfile.TemporaryDirectory(prefix="hexrag-quant-") as work_dir:
+        work = Path(work_dir)
+        _copy_support_files(src, m, tmp)
+        if m.kind == "llm":
+            new, result = _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps,
+                                        evaluate, eval_samples, eval_tokens)
+        else:
+            new, result = _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress,
+                                             evaluate, eval_samples)
+    new.quantization.ptq.seconds = result["seconds"] = round(time.perf_counter() - start, 1)
+    return new, result
+
+
 def _finish_manifest(tmp: Path, m: Manifest, graphs: list[GraphSpec], models: dict[str, onnx.ModelProto],
-                     quantization: dict) -> Manifest:
+                     quantization: QuantizationSpec) -> Manifest:
     new = m.model_copy(deep=True)
     new.graphs = [_graph_spec(models[g.name], g).model_copy(update={"file": f"{g.name}.onnx"}) for g in graphs]
     new.weights_file = WEIGHTS_FILE
-    new.quantization = QuantizationSpec.model_validate(quantization)
+    new.quantization = quantization
     new.target = TargetSpec()  # HTP builds of the float graphs do not apply: compile again
     new.versions = {**m.versions, **package_versions("onnxruntime", "onnx")}
     for g in new.graphs:
         onnx.save(models[g.name], str(tmp / g.file))
-    new.files = hash_directory(tmp)
-    new.save(tmp)
     return new
 
 
 def _record_metrics(tmp: Path, new: Manifest, metrics: dict, tables: dict, ranges: dict, extra: dict) -> list[str]:
-    new.quantization.metrics = metrics
     new.metrics = new.metrics.model_copy(update={"quantization": QualityMetrics.model_validate(metrics)})
     written = write_report(tmp / REPORT, f"{new.name}: {new.quantization.recipe} quantization", metrics,
                            tables, ranges, extra)
-    new.quantization.report = [p.name for p in written]
-    new.files = hash_directory(tmp)
-    new.save(tmp)
+    new.quantization.ptq.report = [p.name for p in written]
     return [p.name for p in written]
 
 
 def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_steps, evaluate,
-                  eval_samples, eval_tokens) -> dict[str, Any]:
+                  eval_samples, eval_tokens) -> tuple[Manifest, dict[str, Any]]:
     from runtime.decoder import Decoder
     from runtime.llm import LLM
 
     # no packed weight copies: calibration swaps the sessions out, and a 1.5B float decode graph
     # would pack 6 GB; only the accuracy pass runs these sessions (somewhat slower unpacked)
-    llm = LLM(src, prepack=False)
+    llm = LLM(src, prepack=False, manifest=m)
     context = llm.context
     steps = decode_steps or max(4, min(32, context // 4))
     cal_samples, held, paths = cal_mod.calibration_texts(calib, samples)
@@ -394,60 +409,51 @@ def _quantize_llm(src, m, recipe, calib, samples, tmp, work, progress, decode_st
     if wide:
         log.info("%d linear layer(s) stay float, their outputs reaching %g: %s", len(wide), recipe.float_range,
                  ", ".join(wide))
-        recipe = dataclasses.replace(recipe, keep_float=recipe.keep_float + wide)
+        recipe = recipe.model_copy(update={"keep_float": recipe.keep_float + wide})
         targets = _gptq_targets(prepared[m.graphs[0].name], recipe, exact)  # GPTQ now skips them
     rounded = _apply_gptq(prepared[m.graphs[0].name], targets, hessians, progress) if targets else None
     del hessians
     kv_ranges = _kv_ranges(calib_data, recipe.kv_margin)
     models, info = _quantize_graphs(graphs, prepared, calib_data.ranges, recipe, kv_ranges, work, progress, rounded,
                                     grids)
-    calib_summary = calib_data.summary()
     weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
     float_bytes = (src / m.weights_file).stat().st_size
-    quantization = {
-        "recipe": recipe.name, "recipe_spec": recipe.to_dict(),
-        "activations": recipe.activations,
-        "kv_cache": _kv_record(info, kv_ranges, recipe),
-        "io": info["io"],
-        "weights": {"file": WEIGHTS_FILE, "bytes": weights["bytes"], "float_bytes": float_bytes,
-                    "tensors": info["weights"], "blocked": info["blocked"]},
-        "overrides": info["overrides"],
-        "calibration": {**calib_summary, "files": [str(p) for p in paths], "samples": len(cal_samples),
-                        "decode_steps": steps, "capture_seconds": round(capture_s, 2),
-                        "gptq": _gptq_summary(rounded),
-                        "method": "MinMax", "held_out_every": cal_mod.HOLDOUT_EVERY},
-        "quantize_seconds": info["quantize_seconds"],
-    }
+    calibration = CalibrationRecord(**calib_data.summary(), files=[str(p) for p in paths], samples=len(cal_samples),
+                                    decode_steps=steps, capture_seconds=round(capture_s, 2),
+                                    gptq=_gptq_summary(rounded), held_out_every=cal_mod.HOLDOUT_EVERY)
+    kv = _kv_record(info, kv_ranges, recipe)
+    quantization = QuantizationSpec(recipe=recipe.name, kv_cache=kv, io=info["io"],
+                                    ptq=_ptq_record(recipe, info, weights["bytes"], float_bytes, calibration))
     new = _finish_manifest(tmp, m, graphs, models, quantization)
     del models
     metrics: dict[str, Any] = {}
     if evaluate and held:
         eval_seqs = cal_mod.tokenize_samples(llm, cal_mod.pick(held, eval_samples), context,
                                              eval_tokens or context, prompt_max=context // 2)
-        metrics = compare_llms(llm.decoder, Decoder(tmp), eval_seqs, progress=progress)
+        metrics = compare_llms(llm.decoder, Decoder(tmp, manifest=new), eval_seqs, progress=progress)
         metrics["held_out_sources"] = sorted({s.source for s in eval_seqs})
     decode = next(g.name for g in m.graphs if g.kind == "decode")
-    tables = {decode: layer_table(info["ranges"][decode], info["score_tensors"], quantization["kv_cache"]["tensors"])}
+    tables = {decode: layer_table(info["ranges"][decode], info["score_tensors"], kv.model_dump()["tensors"])}
     extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes,
-             "calibration": {k: v for k, v in quantization["calibration"].items() if k != "files"}}
+             "calibration": calibration.model_dump(exclude={"files"}, exclude_none=True)}
     report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
-    return {"kind": "llm", "recipe": recipe.name, "metrics": metrics, "kv_cache": quantization["kv_cache"],
+    return new, {"kind": "llm", "recipe": recipe.name, "metrics": metrics, "kv_cache": kv.model_dump(exclude_none=True),
             "weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes,
-            "calibration": quantization["calibration"], "report": report}
+            "calibration": calibration.model_dump(exclude_none=True), "report": report}
 
 
 def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, evaluate,
-                       eval_samples) -> dict[str, Any]:
+                       eval_samples) -> tuple[Manifest, dict[str, Any]]:
     from runtime.embedder import Embedder
 
-    emb = Embedder(src)
+    emb = Embedder(src, manifest=m)
     cal_samples, held, paths = cal_mod.calibration_texts(calib, samples, with_generic_chat=False)
 
     def texts_of(items, short: bool = False):
         out = []
         for s in items:  # retrieval embeds short queries as well as passages
             if s.is_chat:
-                questions = [m_["content"] for m_ in s.messages if m_["role"] == "user"]
+                questions = s.questions
                 out += questions
                 if short:  # a word or two: the mean of very few token vectors has the largest norm
                     out += [" ".join(q.split()[:1 + len(out) % 2]) for q in questions]
@@ -472,28 +478,22 @@ def _quantize_embedder(src, m, recipe, calib, samples, tmp, work, progress, eval
                                     rounded)
     weights = qdq.externalize(models, tmp / WEIGHTS_FILE)
     float_bytes = (src / m.weights_file).stat().st_size
-    quantization = {
-        "recipe": recipe.name, "recipe_spec": recipe.to_dict(), "activations": recipe.activations,
-        "io": info["io"],
-        "weights": {"file": WEIGHTS_FILE, "bytes": weights["bytes"], "float_bytes": float_bytes,
-                    "tensors": info["weights"], "blocked": info["blocked"]},
-        "overrides": info["overrides"],
-        "calibration": {"texts": len(texts), "files": [str(p) for p in paths], "samples": len(cal_samples),
-                        "gptq": _gptq_summary(rounded),
-                        "capture_seconds": round(capture_s, 2), "method": "MinMax",
-                        "held_out_every": cal_mod.HOLDOUT_EVERY},
-        "quantize_seconds": info["quantize_seconds"],
-    }
+    calibration = CalibrationRecord(texts=len(texts), files=[str(p) for p in paths], samples=len(cal_samples),
+                                    gptq=_gptq_summary(rounded), capture_seconds=round(capture_s, 2),
+                                    held_out_every=cal_mod.HOLDOUT_EVERY)
+    quantization = QuantizationSpec(recipe=recipe.name, io=info["io"],
+                                    ptq=_ptq_record(recipe, info, weights["bytes"], float_bytes, calibration))
     new = _finish_manifest(tmp, m, list(m.graphs), models, quantization)
     metrics: dict[str, Any] = {}
     if evaluate and held:
-        metrics = compare_embedders(emb, Embedder(tmp), texts_of(cal_mod.pick(held, eval_samples)))
+        metrics = compare_embedders(emb, Embedder(tmp, manifest=new), texts_of(cal_mod.pick(held, eval_samples)))
     graph = m.graphs[0].name
     tables = {graph: layer_table(info["ranges"][graph], info["score_tensors"])}
     extra = {"weights_bytes": weights["bytes"], "float_weights_bytes": float_bytes}
     report = _record_metrics(tmp, new, metrics, tables, info["ranges"], extra)
-    return {"kind": "embedder", "recipe": recipe.name, "metrics": metrics, "weights_bytes": weights["bytes"],
-            "float_weights_bytes": float_bytes, "calibration": quantization["calibration"], "report": report}
+    return new, {"kind": "embedder", "recipe": recipe.name, "metrics": metrics, "weights_bytes": weights["bytes"],
+            "float_weights_bytes": float_bytes, "calibration": calibration.model_dump(exclude_none=True),
+            "report": report}
 
 
 def format_summary(result: dict[str, Any]) -> str:

@@ -47,43 +47,25 @@ shows every field of a built-in recipe.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from build_scripts.errors import BuildError
+from models.ptq import RecipeSpec
 
 QUANT_TYPES = ("uint8", "int8", "uint16", "int16", "int4", "uint4")
 BLOCK_TYPES = ("int4", "uint4", "int8")  # linear weight types that may be block-wise (LPBQ on HTP)
 _OVERRIDE_KEYS = {"quant_type", "symmetric", "rmin", "rmax", "per_channel"}
 
 
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    activations: str = "uint16"  # default activation type (asymmetric)
-    linear_weights: str = "int8"  # MatMul weights: per-channel symmetric (or blocks, see block_size)
-    block_size: int = 0  # > 0: block-wise linear weights (int4 or int8) along the input dimension
-    lm_head: str = "int16"  # Gemm (LM head) weight
-    lm_head_per_channel: bool = False  # True: per output row (symmetric); False: per tensor
-    embedding: str = "int16"  # Gather table (token embeddings), per tensor
-    norm_weights: str = "uint16"  # (RMS/Layer)Norm scale and bias, per-tensor asymmetric
-    kv_cache: str = "uint16"  # past_*/new_* graph I/O, one scale per tensor shared by all graphs
-    start_graph: bool = True  # LLMs: position 0 through its own quantized decode graph (massive activations)
-    rounding: str = "gptq"  # linear weights: "gptq" (error-compensating, calibration Hessians) or "nearest"
-    source_grid: bool = False  # int8 linear weights: a GGUF's own blocks where it has them (source_grid.py)
-    activation_margin: float = 0.1  # every calibrated activation range widened by this fraction of its span per side
-    kv_margin: float = 0.1  # KV range = calibrated range widened by this fraction of its span on each side
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    keep_float: tuple[str, ...] = ()  # node-name patterns left unquantized (fp16 on HTP)
-    float_range: float = 0.0  # > 0: linear layers whose calibrated output reaches this magnitude stay float too
-    description: str = ""
+class Recipe(RecipeSpec):
+    """A recipe as a build runs it: the fields (models/ptq.py, where the manifest's record reads
+    them too) and how they apply to a graph's tensors."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump(exclude_none=True)
 
     def float_nodes(self, node_names) -> list[str]:
         """The nodes `keep_float` names (fnmatch patterns such as "/layers.*/*/residual")."""
@@ -91,12 +73,9 @@ class Recipe:
 
     def matching(self, tensor: str) -> dict[str, Any] | None:
         """The override for `tensor` (exact name first, then the first matching pattern)."""
-        if tensor in self.overrides:
-            return self.overrides[tensor]
-        for pattern, spec in self.overrides.items():
-            if fnmatch.fnmatchcase(tensor, pattern):
-                return spec
-        return None
+        spec = self.overrides.get(tensor) or next(
+            (o for pattern, o in self.overrides.items() if fnmatch.fnmatchcase(tensor, pattern)), None)
+        return spec.model_dump(exclude_none=True) if spec is not None else None
 
 
 # The residual stream in float (fp16 on HTP): SmolLM2's reaches ±1.5e4 on a few delimiter tokens
@@ -117,18 +96,18 @@ RECIPES: dict[str, Recipe] = {
     # int8 linear weights on the GGUF's own blocks where the source has them (Q4_0/Q4_1/Q4_K/Q8_0/
     # Q6_K: bit-exact, plus a float min term for Q4_1/Q4_K), per channel (GPTQ) otherwise. On
     # SmolLM2-135M (Q4_1), with FLOAT_RANGE, greedy agreement 96.3% (per-channel int8) -> 99.0%
-    "w8a16": Recipe("w8a16", keep_float=FLOAT_RESIDUAL, float_range=FLOAT_RANGE, source_grid=True,
+    "w8a16": Recipe(name="w8a16", keep_float=FLOAT_RESIDUAL, float_range=FLOAT_RANGE, source_grid=True,
                     description="int8 linear weights (the GGUF's own blocks exactly, else per channel), "
                                 "int16 embedding/LM head, uint16 activations with the residual stream in "
                                 "fp16, uint16 KV I/O"),
-    "w4a16": Recipe("w4a16", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
+    "w4a16": Recipe(name="w4a16", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
                     float_range=FLOAT_RANGE,
                     description="block-wise int4 linear weights (LPBQ on HTP), int16 embedding/LM head, "
                                 "uint16 activations with the residual stream in fp16, uint16 KV I/O"),
     # w4a16 with the value and down projections at 8 bits, as llama.cpp's Q4_K_M keeps attn_v and
     # ffn_down at 6: on SmolLM2-135M greedy agreement 75.6% -> 86.2% and perplexity +27% -> +7.0%
     # for 142 -> 152 MB of weights (docs/benchmarks.md)
-    "w4a16-mixed": Recipe("w4a16-mixed", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
+    "w4a16-mixed": Recipe(name="w4a16-mixed", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
                           float_range=FLOAT_RANGE,
                           overrides={"layers.*.v.weight_t": {"quant_type": "int8"},
                                      "layers.*.down.weight_t": {"quant_type": "int8"}},
@@ -137,7 +116,7 @@ RECIPES: dict[str, Recipe] = {
     # half the bits, so on SmolLM2-135M (Q4_1) the same 99.0% greedy agreement (w4a16: 75.6%) for
     # 161 MB (w4a16: 142 MB; the float block scales and mins cost 2 bits per weight). HTP runs float
     # block scales instead of LPBQ's 4-bit ones (slower: docs/benchmarks.md)
-    "w4a16-gguf": Recipe("w4a16-gguf", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
+    "w4a16-gguf": Recipe(name="w4a16-gguf", linear_weights="int4", block_size=64, keep_float=FLOAT_RESIDUAL,
                          float_range=FLOAT_RANGE, source_grid=True,
                          description="int4 linear weights on the GGUF's own 4-bit blocks exactly (float block "
                                      "scales on HTP), else as w4a16"),
@@ -153,8 +132,8 @@ def for_targets(recipe: Recipe, htp_archs) -> Recipe:
     weight), so w8a16 goes per channel; w4a16-gguf becomes w4a16 (its float-scale int4 blocks are
     not measured on v68)."""
     if (recipe.lm_head == "int16" or recipe.source_grid) and any(arch < 69 for arch in htp_archs):
-        return dataclasses.replace(recipe, name=f"{recipe.name}+v68", lm_head="int8", lm_head_per_channel=True,
-                                   source_grid=False)
+        return recipe.model_copy(update={"name": f"{recipe.name}+v68", "lm_head": "int8",
+                                         "lm_head_per_channel": True, "source_grid": False})
     return recipe
 
 
@@ -207,7 +186,7 @@ def resolve_recipe(recipe: str | Path | Recipe | dict) -> Recipe:
     if base_name not in RECIPES:
         raise BuildError(f"{where}: unknown base recipe {base_name!r} (choose from {', '.join(RECIPES)})")
     base = RECIPES[base_name]
-    fields = {f.name for f in dataclasses.fields(Recipe)}
+    fields = set(Recipe.model_fields)
     unknown = set(spec) - fields
     if unknown:
         raise BuildError(f"{where}: unknown recipe field(s) {', '.join(sorted(unknown))} "
@@ -237,5 +216,5 @@ def resolve_recipe(recipe: str | Path | Recipe | dict) -> Recipe:
     if block and block % 8:
         raise BuildError(f"{where}: block_size must be a multiple of 8 (HTP), got {block}")
     name = spec.pop("name", None) or (f"{base_name}+custom" if spec else base_name)
-    return dataclasses.replace(base, name=name, **spec)
+    return Recipe.model_validate({**base.model_dump(), **spec, "name": name})
 

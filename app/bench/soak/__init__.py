@@ -35,7 +35,7 @@ from app.bench.server import Server
 from app.bench.soak_faults import KillReport, after, fault_queries, ingest_kill_trials, server_kill_trials
 from app.bench.soak_load import LoadReport, UploadProbeReport, run_clients, run_upload_probe
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 QUESTIONS = ROOT / "knowledge" / "samples" / "answer_questions.jsonl"
 FUZZ_TEST = ROOT / "tests" / "test_api_fuzz.py"
 # in-car questions for the fault trials' query set (answered from the sample KB)
@@ -260,9 +260,3 @@ def format_report(r: SoakReport) -> str:
     lines += [f"  {'met   ' if t.met else 'MISSED'} {t.name}: {t.measured} (target {t.target})" for t in r.targets]
     lines.append(f"\n{r.seconds / 60:.1f} min in all")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    from app.cli_bench import bench_soak
-
-    bench_soak(prog_name="python -m app.bench.soak")
