@@ -158,10 +158,6 @@ def read_regular(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
 Checkpoint = Callable[[], None]  # called between steps; it may block (yield) or raise IngestCancelled (stop)
 
 
-def _noop() -> None:
-    pass
-
-
 def _prepare(kb: DocumentSink, path: Path, name: str, max_bytes: int, checkpoint: Checkpoint) -> _Pending | None:
     """Read, hash and (if new or changed) parse and chunk one file; None when it is unchanged."""
     data, info = read_regular(path, max_bytes)
@@ -233,10 +229,11 @@ def _flush(kb: DocumentSink, embedder: Embedder, pending: list[_Pending], report
 
 def run_ingest(kb: DocumentSink, embedder: Embedder, paths: list[str | Path], progress: bool = True,
                prune: bool = True, max_file_bytes: int = MAX_FILE_BYTES, exclude: Path | None = None,
-               checkpoint: Checkpoint = _noop) -> IngestReport:
+               checkpoint: Checkpoint | None = None) -> IngestReport:
     """Ingest `paths` into `kb`, embedding with `embedder` (the one the KB was bound to); files
     under `exclude` (the KB's own folder) are never read. `checkpoint` runs between steps."""
     started = time.perf_counter()
+    checkpoint = checkpoint or (lambda: None)
     report = IngestReport()
     files, roots, report.failed, report.skipped = discover(paths, exclude=exclude)
     pending: list[_Pending] = []

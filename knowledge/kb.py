@@ -198,7 +198,7 @@ class KnowledgeBase:
             try:
                 return run_ingest(self, embedder, [paths] if isinstance(paths, (str, Path)) else list(paths),
                                   progress, prune, max_file_bytes, exclude=self.dir.resolve(),
-                                  checkpoint=checkpoint or (lambda: None))
+                                  checkpoint=checkpoint)
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
                 self.save_index()
 

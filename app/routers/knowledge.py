@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
@@ -113,8 +114,8 @@ def _delete(kb: KnowledgeBase, source: str | None, doc_id: int | None) -> Docume
     return doc
 
 
-# `?id=N` is still taken by the handler below, as before the route by path; the document names the query's
-# one documented parameter as required, as a request without it is refused
+# the query form also takes `?id=N`, its spelling from before the id in the path; the document lists
+# `source` alone, as required, since a request with neither is refused
 _SOURCE_PARAM = {"parameters": [{
     "name": "source", "in": "query", "required": True,
     "description": "A document's exact source as GET /v1/knowledge/documents lists it (not a folder or prefix)",
