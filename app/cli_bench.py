@@ -127,7 +127,7 @@ def bench_lookup(llm, embedder, kb, questions, limit, widths, as_json) -> None:
     from app.assistant import Assistant
     from app.bench.answers import load_answer_questions
     from app.bench.lookup import format_lookup, measure
-    from app.quickstart import SAMPLES
+    from knowledge.sample_kb import SAMPLES
 
     sizes = _ints(widths)
     items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")[:limit]
@@ -270,7 +270,7 @@ def eval_answers(questions, domain, split, llm, embedder, kb, backend, voice, pa
     from app.assistant import Assistant
     from app.bench.answers import evaluate_answers, format_summary, load_answer_questions
     from app.bench.domains import domain_kb, find_domain, questions_file
-    from app.quickstart import SAMPLES
+    from knowledge.sample_kb import SAMPLES
 
     if domain and (questions or kb):
         raise click.UsageError("--domain names the questions and the knowledge base: drop --questions and --kb")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from build_scripts.plan import BuildPlan, EmbedderShape, LLMShape, build_model, parse_quant
 from knowledge import AnswerProfile, KnowledgeBase
+from knowledge.sample_kb import sample_kb
 from models import home
 from models.contract import contract_mismatch
 from models.manifest import ManifestError, load_manifest
@@ -88,16 +88,11 @@ def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu",
     return llm_dir, _ensure(DEFAULT_EMBEDDER, models_dir, "none", make_embedder)
 
 
-SAMPLES = Path(str(resources.files("knowledge") / "samples"))
-SAMPLE_PROFILE = SAMPLES / "aurora_profile.json"  # the sample KB's answer profile: an in-car assistant
-
-
 def ensure_sample_kb(kb: KnowledgeBase) -> None:
-    """Ingest the sample in-car FAQ and manual; unchanged files are skipped on later starts. A KB
-    with no answer profile of its own gets the sample's (`hexrag kb profile` changes it)."""
-    # the question files beside the KB are its evaluations, not knowledge
-    files = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".jsonl", ".md") and p.name != "README.md"
-                   and "questions" not in p.name)
+    """Ingest the sample KB's documents; unchanged files are skipped on later starts. A KB with no
+    answer profile of its own gets the sample's (`hexrag kb profile` changes it)."""
+    sample = sample_kb()
+    files = sample.document_paths()
     report = kb.ingest(files, progress=True, prune=False)
     # a KB filled from another checkout or install holds the same samples under another path: every
     # passage would be retrieved (and cited) twice
@@ -108,5 +103,5 @@ def ensure_sample_kb(kb: KnowledgeBase) -> None:
             kb.delete(doc.source)
             log.info("knowledge base %s: removed the sample copy %s", kb.dir, doc.source)
     if kb.profile == AnswerProfile():
-        kb.set_profile(AnswerProfile.model_validate_json(SAMPLE_PROFILE.read_text(encoding="utf-8")))
+        kb.set_profile(sample.answer_profile())
     log.info("knowledge base %s: %d added, %d unchanged", kb.dir, len(report.added), len(report.unchanged))

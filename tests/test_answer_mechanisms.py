@@ -187,13 +187,11 @@ _CAR_WORDS = __import__("re").compile(r"\b(?:car|cars|driver|drivers|vehicle|aur
 def test_a_kb_without_a_profile_gets_no_car_wording(smollm_build, minilm_build, tmp_path):
     """An installation guide ingested with no answer profile: neither the prompts (text and voice) nor the
     answers speak of a car; with the sample's profile, the same KB's prompts do."""
-    import json
-
     from app.answer.types import AnswerRequest
     from app.engine import Engine
-    from app.quickstart import SAMPLE_PROFILE
     from app.settings import Settings
-    from knowledge import AnswerProfile, KnowledgeBase
+    from knowledge import KnowledgeBase
+    from knowledge.sample_kb import sample_kb
     from runtime.embedder import Embedder
     from tests.conftest import SAMPLES
 
@@ -208,7 +206,7 @@ def test_a_kb_without_a_profile_gets_no_car_wording(smollm_build, minilm_build, 
         assert "780MB" in prompt and not _CAR_WORDS.search(prompt), prompt
         answer = "".join(engine.generation(plan))
         assert answer and not _CAR_WORDS.search(answer), answer
-    engine.kb.set_profile(AnswerProfile.model_validate(json.loads(SAMPLE_PROFILE.read_text())))
+    engine.kb.set_profile(sample_kb().answer_profile())
     prompt = engine.llm.tokenizer.decode(engine.plan(AnswerRequest.ask(question, voice=True)).prompt_ids)
     assert "car's built-in assistant" in prompt and "the driver's question" in prompt
 

@@ -277,7 +277,8 @@ def test_the_sample_kb_is_held_once_whichever_checkout_filled_it(tmp_path, embed
     """A KB filled by an older checkout keeps its samples under that path: quickstart replaces them."""
     import shutil
 
-    from app.quickstart import SAMPLES, ensure_sample_kb
+    from app.quickstart import ensure_sample_kb
+    from knowledge.sample_kb import SAMPLES
 
     old = tmp_path / "old-clone" / "knowledge" / "samples"
     shutil.copytree(SAMPLES, old)

@@ -51,8 +51,8 @@ def _sample_kb(kb_dir: Path, embedder_dir: Path):
 
 
 def _retrieval(kb, modes=("dense", "bm25", "hybrid")) -> dict:
-    from app.quickstart import SAMPLES
     from knowledge.evaluation import evaluate, load_questions
+    from knowledge.sample_kb import SAMPLES
 
     return evaluate(kb, load_questions(SAMPLES / EVAL_QUESTIONS), modes=modes).to_dict()
 
@@ -100,10 +100,10 @@ def run_report(quick: bool, llm: Path | None = None, embedder: Path | None = Non
                progress: bool = True) -> dict:
     from app.assistant import Assistant
     from app.bench.answers import evaluate_answers, load_answer_questions
-    from app.quickstart import SAMPLES
     from app.bench.overhead import speed_ratios
     from app.bench.rag_timing import rag_ttft
     from app.settings import Settings
+    from knowledge.sample_kb import SAMPLES
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hexrag-eval-") as tmp:

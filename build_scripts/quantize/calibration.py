@@ -35,12 +35,11 @@ import numpy as np
 
 from build_scripts.errors import BuildError
 from knowledge.profile import AnswerProfile
+from knowledge.sample_kb import sample_kb
 from knowledge.prompts import answer_instructions, passage_text, passage_turn, with_system
 
 log = logging.getLogger(__name__)
 
-SAMPLES_DIR = Path(__file__).resolve().parents[2] / "knowledge" / "samples"
-DEFAULT_SOURCES = ("aurora_faq.jsonl", "aurora_manual.md")
 TEXT_SUFFIXES = (".jsonl", ".json", ".md", ".txt")
 HOLDOUT_EVERY = 5  # sample i is held out when i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
 
@@ -50,14 +49,14 @@ RAG_PROFILE = AnswerProfile()
 
 # chat-style prompts that are not about the knowledge base, so calibration also sees small talk
 GENERIC_CHAT = [
-    ("Hi! Who are you?", "Hello! I am the in-car assistant. I can answer questions about your car and help "
-                         "you find settings on the centre screen."),
-    ("Can you tell me a short joke?", "Why did the electric car feel so calm? Because it never lost its charge."),
+    ("Hi! Who are you?", "Hello! I am a local assistant. I answer questions from the documents in my "
+                         "knowledge base and help you find what they say."),
+    ("Can you tell me a short joke?", "Why did the battery feel so calm? Because it never lost its charge."),
     ("What is 17 times 3?", "17 times 3 is 51."),
     ("Write one sentence about the sea.", "The sea rolled in slow grey waves under a quiet morning sky."),
     ("Translate 'good morning' into French.", "'Good morning' in French is 'bonjour'."),
     ("List three colours.", "Red, green and blue."),
-    ("Thanks, that was helpful.", "You're welcome! Drive safely."),
+    ("Thanks, that was helpful.", "You're welcome! Ask again any time."),
     ("What's the weather like today?", "I'm sorry, I don't know: I have no access to weather information."),
 ]
 
@@ -92,9 +91,9 @@ class TextSample:
 # ------------------------------------------------------------------------------------------------
 
 def resolve_sources(calib: str | Path | Sequence[str | Path] | None) -> list[Path]:
-    """`--calib` as given (files, directories, comma-separated) or the knowledge-base samples."""
+    """`--calib` as given (files, directories, comma-separated) or the sample KB's calibration text."""
     if calib is None:
-        return [SAMPLES_DIR / name for name in DEFAULT_SOURCES]
+        return sample_kb().calibration_paths()
     specs = [calib] if isinstance(calib, (str, Path)) else list(calib)
     paths: list[Path] = []
     for spec in specs:
