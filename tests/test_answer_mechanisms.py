@@ -170,6 +170,21 @@ def test_a_repair_in_words_of_its_own_is_refused():
     assert grounding.decision == "refused" and "don't know" in text
 
 
+def test_a_repair_that_echoes_a_word_the_kb_never_names_is_refused():
+    """The question names a flag the KB never mentions; the model's next best answer after "I don't know"
+    pins it on a key the passage does describe, in the passage's and the question's words."""
+    cookie = "SESSION_COOKIE_NAME: the name of the session cookie. Can be changed in case you already have a cookie."
+    question = "What is the config key for marking the session cookie as Partitioned?"
+    llm = _TwoAnswers("I don't know.", "The config key for marking the session cookie as Partitioned is "
+                                       "SESSION_COOKIE_NAME.")
+    text, grounding = _generate(llm, question, cookie, unnamed={"partit"})
+    assert llm.calls == 2 and grounding.decision == "refused" and "don't know" in text
+    text, grounding = _generate(_TwoAnswers("I don't know.", "The session cookie's name is set by "
+                                                             "SESSION_COOKIE_NAME."),
+                                "Which config key sets the name of the session cookie?", cookie)
+    assert grounding.decision == "answered"  # the same repair where the question names nothing the KB lacks
+
+
 def test_a_limit_question_is_answered_without_the_model():
     from app.answer.limits import judge_limit
 

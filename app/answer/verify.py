@@ -216,9 +216,12 @@ class Verifier:
     def grounded(self, sentence: str) -> bool:
         """Whether a sentence is made of the passages' words and speaks of the question: it shares a term
         with the question, and at least MIN_GROUNDED of its own words (its facts and the question's words
-        aside) are the passages'. What an answer must be when the model's first reply was "I don't know"."""
+        aside) are the passages'. What an answer must be when the model's first reply was "I don't know".
+        It uses no word of the question the knowledge base never names: echoed from the question, such a
+        word makes a passage about something else look like the answer ("the key for the Partitioned
+        flag is SESSION_COOKIE_NAME" from a KB that never mentions the flag)."""
         own = terms(without_facts(sentence))
-        if not own & self.question_terms:
+        if not own & self.question_terms or any(_uses(sentence, terms(sentence), w) for w in self.unnamed):
             return False
         rest = own - self.question_terms
         return not rest or len(rest & self.passage_terms) >= MIN_GROUNDED * len(rest)
