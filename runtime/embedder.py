@@ -37,6 +37,14 @@ class Embeddings:
     truncated: list[bool]  # text i was longer than the graph's L tokens and was cut
 
 
+def unknown_share(tokenizer: Tokenizer, unk_id: int | None, text: str) -> float:
+    """Share of the text's tokens that are `unk_id` (none for a vocabulary without one)."""
+    if unk_id is None:
+        return 0.0
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    return sum(i == unk_id for i in ids) / len(ids) if ids else 0.0
+
+
 def pick_graph(graphs: list[GraphSpec], rows: int, longest: int) -> GraphSpec:
     """The graph that embeds `rows` texts of at most `longest` tokens with the fewest padded
     tokens (runs × B × L); ties go to the fewest runs. `graphs[0]` (the main graph) always fits."""
@@ -87,10 +95,7 @@ class Embedder:
     def unknown_share(self, text: str) -> float:
         """Share of the text's tokens this model only knows as its unknown token: above a third it
         cannot read the text (all-MiniLM-L6-v2 on Chinese: 40-90% [UNK])."""
-        if self.unk_id is None:
-            return 0.0
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return sum(i == self.unk_id for i in ids) / len(ids) if ids else 0.0
+        return unknown_share(self.tokenizer, self.unk_id, text)
 
     @contextmanager
     def replaced_session(self, stand_in: Any) -> Iterator[None]:
