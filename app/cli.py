@@ -245,18 +245,26 @@ def _run_server(settings, log_level: str) -> None:
 @click.option("--no-serve", is_flag=True, help="Answer the sample question and exit instead of serving.")
 @click.option("--tiny", is_flag=True, help="Use SmolLM2-135M instead of the 1.5B model (fast, but its answers "
                                            "lean on the extractive fallback).")
+@click.option("--embedder", "embedder_key", default="auto", show_default=True,
+              type=click.Choice(["auto", "all-minilm-l6-v2", "multilingual-e5-small"]),
+              help="The packaged embedder to build; auto: multilingual-e5-small when the sample documents are "
+                   "mostly Chinese, else all-MiniLM-L6-v2 (English only).")
 @_backend
 @_friendly
 def quickstart(models_dir: Path | None, kb: Path | None, question: str, port: int, no_serve: bool, tiny: bool,
-               backend: str) -> None:
+               embedder_key: str, backend: str) -> None:
     """Fetch + build the default models, ingest the sample KB (each once), answer, then serve."""
     from app.assistant import Assistant, citation_lines
-    from app.quickstart import choose_llm, ensure_default_models, ensure_sample_kb
+    from app.quickstart import choose_embedder, choose_llm, ensure_default_models, ensure_sample_kb
     from app.settings import Settings
+    from knowledge.sample_kb import sample_kb
 
     key, why = choose_llm(backend, tiny)
     click.echo(f"hexrag: answer model {key} ({why})", err=True)
-    llm_dir, embedder_dir = ensure_default_models(models_dir, backend, key)
+    embedder_key, why = (choose_embedder(sample_kb().document_paths()) if embedder_key == "auto"
+                         else (embedder_key, "asked for"))
+    click.echo(f"hexrag: embedder {embedder_key} ({why})", err=True)
+    llm_dir, embedder_dir = ensure_default_models(models_dir, backend, key, embedder_key)
     click.echo(f"hexrag: models {llm_dir} and {embedder_dir}", err=True)
     settings = Settings(llm=llm_dir, embedder=embedder_dir, backend=backend, port=port, **({"kb": kb} if kb else {}))
     assistant = Assistant(settings)

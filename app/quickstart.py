@@ -9,6 +9,8 @@ from pathlib import Path
 
 from build_scripts.plan import BuildPlan, EmbedderShape, LLMShape, build_model, parse_quant
 from knowledge import AnswerProfile, KnowledgeBase
+from knowledge.lexical import cjk_share
+from knowledge.loaders import is_supported, load_document
 from knowledge.sample_kb import sample_kb
 from models import home
 from models.contract import contract_mismatch
@@ -19,7 +21,14 @@ log = logging.getLogger(__name__)
 # the 1.5B: the mission's model class, answers in English and Chinese; the tiny preset: CI,
 # low-memory machines and the HTP simulator
 DEFAULT_LLM, TINY_LLM = home.DEFAULT_LLMS
-DEFAULT_EMBEDDER = home.DEFAULT_EMBEDDER
+DEFAULT_EMBEDDER, MULTILINGUAL_EMBEDDER = home.DEFAULT_EMBEDDERS
+# the share of a KB's words in Chinese from which quickstart builds the multilingual embedder. On the
+# sample KB's questions (docs/benchmarks.md) all-MiniLM-L6-v2 (hybrid: its vectors for English, BM25
+# alone for Chinese) has R@1 0.778 English / 0.696 Chinese, multilingual-e5-small 0.716 / 0.870: by
+# retrieval alone they break even near a quarter of the questions in Chinese. The answer layer's
+# cosine thresholds (knowledge/retrieval.py, app/answer/passages.py) are calibrated on MiniLM's scale
+# (e5's cosines sit at 0.7-0.9), so a mixed KB keeps MiniLM and a KB mostly in Chinese gets e5
+MULTILINGUAL_SHARE = 0.5
 # the 1.5B int4 CPU build peaks at 2.2 GB RSS (docs/benchmarks.md) and its build reads the 1.1 GB
 # GGUF: below this much memory the tiny preset is the one that runs
 MIN_MEMORY_FOR_DEFAULT = 6 * 1024**3
@@ -39,6 +48,15 @@ def choose_llm(backend: str, tiny: bool) -> tuple[str, str]:
     if memory < MIN_MEMORY_FOR_DEFAULT:
         return TINY_LLM, f"{memory / 1024**3:.1f} GB of memory is less than the 1.5B model needs (6 GB)"
     return DEFAULT_LLM, f"{memory / 1024**3:.0f} GB of memory"
+
+
+def choose_embedder(files: list[Path]) -> tuple[str, str]:
+    """The packaged embedder for a KB of these documents, and why."""
+    share = cjk_share("\n".join(load_document(f).text for f in files if is_supported(f)))
+    if share >= MULTILINGUAL_SHARE:
+        return MULTILINGUAL_EMBEDDER, f"{share:.0%} of the documents' words are Chinese"
+    return DEFAULT_EMBEDDER, f"{share:.0%} of the documents' words are Chinese (the multilingual embedder from " \
+                             f"{MULTILINGUAL_SHARE:.0%})"
 
 
 def _ready(model_dir: Path, quant: str = "none") -> bool:
@@ -69,8 +87,8 @@ def _ensure(name: str, models_dir: Path | None, quant: str, build: Callable[[Pat
     return out
 
 
-def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu",
-                          llm: str = DEFAULT_LLM) -> tuple[Path, Path]:
+def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu", llm: str = DEFAULT_LLM,
+                          embedder: str = DEFAULT_EMBEDDER) -> tuple[Path, Path]:
     """The CPU backend gets the int4 CPU target (GGUF blocks kept exactly, the fast build); HTP
     gets the float graphs (fp16 on the NPU) in a directory of their own."""
     quant, context = ("int4", 2048) if backend == "cpu" else ("none", 1024)
@@ -81,11 +99,11 @@ def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu",
                               quant=parse_quant(quant)))
 
     def make_embedder(out: Path) -> None:
-        log.info("building %s into %s (batch 8, 128 tokens) ...", DEFAULT_EMBEDDER, out)
-        build_model(BuildPlan(weights=DEFAULT_EMBEDDER, out=out, shape=EmbedderShape(batch=8, seq=128)))
+        log.info("building %s into %s (batch 8, 128 tokens) ...", embedder, out)
+        build_model(BuildPlan(weights=embedder, out=out, shape=EmbedderShape(batch=8, seq=128)))
 
     llm_dir = _ensure(llm if backend == "cpu" else f"{llm}-float", models_dir, quant, make_llm)
-    return llm_dir, _ensure(DEFAULT_EMBEDDER, models_dir, "none", make_embedder)
+    return llm_dir, _ensure(embedder, models_dir, "none", make_embedder)
 
 
 def ensure_sample_kb(kb: KnowledgeBase) -> None:

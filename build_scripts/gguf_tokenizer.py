@@ -96,6 +96,7 @@ class GGUFTokenizer:
     special_tokens: list[str]  # control/unknown tokens, in id order
     stop_ids: list[int]  # EOS first, then other end-of-turn tokens in the vocab
     add_eos: bool = False
+    unk_id: int | None = None  # the token of text the vocabulary cannot spell (byte-level BPE has none)
 
     def token(self, token_id: int | None) -> str | None:
         return None if token_id is None else self.tokenizer.id_to_token(token_id)
@@ -136,6 +137,7 @@ def save_tokenizer(tok: GGUFTokenizer, out_dir: str | os.PathLike) -> dict[str, 
         "stop_ids": list(tok.stop_ids),
         "add_bos": tok.add_bos,
         "add_eos": tok.add_eos,
+        "unk_id": tok.unk_id,
         # chat templates refer to these by text ({{ bos_token }})
         "bos_token": tok.token(tok.bos_id),
         "eos_token": tok.token(tok.eos_id),

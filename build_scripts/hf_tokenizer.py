@@ -42,6 +42,7 @@ def tokenizer_from_hf_dir(directory: Path) -> GGUFTokenizer:
     bos_id = tok.token_to_id(_token_text(config.get("bos_token")) or "")
     eos_id = tok.token_to_id(_token_text(config.get("eos_token")) or "")
     pad_id = tok.token_to_id(_token_text(config.get("pad_token")) or "")
+    unk_id = tok.token_to_id(_token_text(config.get("unk_token")) or "")
     stop_ids = [i for i in [eos_id, *(tok.token_to_id(t) for t in _CHAT_END_TOKENS)] if i is not None]
     specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
     return GGUFTokenizer(
@@ -53,4 +54,5 @@ def tokenizer_from_hf_dir(directory: Path) -> GGUFTokenizer:
         chat_template=template,
         special_tokens=specials,
         stop_ids=list(dict.fromkeys(stop_ids)),
+        unk_id=unk_id,
     )

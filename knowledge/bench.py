@@ -92,8 +92,14 @@ class SyntheticEmbedder:
         tok.normalizer = normalizers.Lowercase()
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         self.tokenizer, self.dim, self.seq, self.model_id = tok, dim, seq, f"synthetic:{dim}"
+        self.passage_tokens, self.unk_id = seq, 0  # no passage marker; [UNK]
 
-    def embed(self, texts: list[str]):
+    def unknown_share(self, text: str) -> float:
+        from runtime.embedder import unknown_share
+
+        return unknown_share(self.tokenizer, self.unk_id, text)
+
+    def embed(self, texts: list[str], buckets: bool = True, kind: str = "passage"):
         from runtime.embedder import Embeddings
 
         out = np.empty((len(texts), self.dim), np.float32)

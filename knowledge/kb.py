@@ -126,7 +126,7 @@ class KnowledgeBase:
     def chunker(self) -> Chunker:
         if self._chunker is None:
             e = self._need_embedder()
-            self._chunker = Chunker(e.tokenizer, self._max_tokens or e.seq, self._overlap)
+            self._chunker = Chunker(e.tokenizer, self._max_tokens or e.passage_tokens, self._overlap)
         return self._chunker
 
     # ---- the answer profile (knowledge/profile.py): stored with the KB, read by the answer layer
@@ -257,7 +257,7 @@ class KnowledgeBase:
         from tqdm import tqdm
 
         embedder = self._need_embedder(check_model=False)
-        chunker = Chunker(embedder.tokenizer, self._max_tokens or embedder.seq, self._overlap)
+        chunker = Chunker(embedder.tokenizer, self._max_tokens or embedder.passage_tokens, self._overlap)
         total = self.store.counts()["chunks"]
         with tqdm(total=total, unit="chunk", disable=not progress, desc="re-embed", leave=False) as bar:
             for rows in self.store.iter_chunk_texts():
@@ -398,13 +398,7 @@ class KnowledgeBase:
 
     def unknown_share(self, text: str) -> float:
         """Share of the text's tokens the embedder only knows as its unknown token ([UNK])."""
-        tokenizer = self._need_embedder().tokenizer
-        unk = getattr(tokenizer.model, "unk_token", None)
-        unk_id = tokenizer.token_to_id(unk) if unk else None
-        if unk_id is None:  # byte-level tokenizers have no unknown token: they read everything
-            return 0.0
-        ids = tokenizer.encode(text, add_special_tokens=False).ids
-        return sum(i == unk_id for i in ids) / len(ids) if ids else 0.0
+        return self._need_embedder().unknown_share(text)
 
     def section_text(self, hit: Hit) -> str:
         """The whole section (or FAQ entry) a hit is one chunk of: a long section is indexed in
@@ -445,7 +439,7 @@ class KnowledgeBase:
             dense_score: dict[int, float] = {}
             qvec = None
             if mode in ("dense", "hybrid"):
-                qvec = self._need_embedder().embed([query]).vectors[0]
+                qvec = self._need_embedder().embed([query], kind="query").vectors[0]
                 dense, dense_score = self._by_section(lambda n: self._dense(qvec, n, doc_ids), want, records)
             lexical, bm25_score = [], {}
             place_score: dict[tuple, float] = {}

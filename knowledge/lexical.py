@@ -45,6 +45,14 @@ def has_cjk(text: str) -> bool:
     return bool(_CJK.search(text))
 
 
+def cjk_share(text: str) -> float:
+    """Share of the text's words written in CJK, a CJK character counting as a word (most Chinese words
+    are one or two characters, an English one a run of letters)."""
+    cjk = len(_CJK.findall(text))
+    words = cjk + len(_WORD.findall(_CJK.sub(" ", text)))
+    return cjk / words if words else 0.0
+
+
 def _quote(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 

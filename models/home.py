@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 # what `hexrag quickstart` builds, in the order a default prefers them: the 1.5B where it was
 # built, else the tiny preset
 DEFAULT_LLMS = ("qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct")
-DEFAULT_EMBEDDER = "all-minilm-l6-v2"
+# the English embedder, else the multilingual one quickstart builds for a KB mostly in Chinese
+DEFAULT_EMBEDDERS = ("all-minilm-l6-v2", "multilingual-e5-small")
+DEFAULT_EMBEDDER, MULTILINGUAL_EMBEDDER = DEFAULT_EMBEDDERS
 
 Env = Mapping[str, str]
 
@@ -70,7 +72,7 @@ def llm_dir(env: Env = os.environ) -> Path:
 
 
 def embedder_dir(env: Env = os.environ) -> Path:
-    return _given(env, "HEXRAG_EMBEDDER") or model_dir(DEFAULT_EMBEDDER, env=env)
+    return _given(env, "HEXRAG_EMBEDDER") or model_dir(*DEFAULT_EMBEDDERS, env=env)
 
 
 def is_built(path: Path) -> bool:

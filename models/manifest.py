@@ -44,7 +44,7 @@ class GraphSpec(BaseModel):
 
 class SourceSpec(BaseModel):
     path: str
-    format: Literal["gguf", "hf"]
+    format: Literal["gguf", "hf", "e5"]
     files: dict[str, str]  # file name -> sha256 of the source weights
 
 
@@ -57,8 +57,25 @@ class TokenizerSpec(BaseModel):
     stop_ids: list[int] = Field(default_factory=list)
     add_bos: bool = False
     add_eos: bool = False
+    unk_id: int | None = None  # what text outside the vocabulary becomes; unset by builds before it
     bos_token: str | None = None  # chat templates refer to these by text ({{ bos_token }})
     eos_token: str | None = None
+
+
+TextKind = Literal["query", "passage"]
+
+
+class EmbeddingSpec(BaseModel):
+    """How an embedder wants its texts: models trained with a marker before each query and each
+    passage (e5's "query: " / "passage: ") need the same marker at run time, or their vectors drift."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_prefix: str = ""
+    passage_prefix: str = ""
+
+    def prefix(self, kind: TextKind) -> str:
+        return self.query_prefix if kind == "query" else self.passage_prefix
 
 
 class DecoderArchitecture(BaseModel):
@@ -201,6 +218,7 @@ class Manifest(BaseModel):
     graphs: list[GraphSpec]
     weights_file: str
     tokenizer: TokenizerSpec
+    embedding: EmbeddingSpec | None = None  # an embedder's text prefixes; unset: none (and in builds before it)
     quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
     target: TargetSpec = Field(default_factory=TargetSpec)
     versions: dict[str, str] = Field(default_factory=dict)

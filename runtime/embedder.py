@@ -6,6 +6,9 @@ on whichever graph computes the fewest padded tokens for it, so a 12-token quest
 tokens instead of 8 × 128. Every graph has the same weights and pools only the real tokens, so the
 vectors do not depend on which one ran. A model built without a bucket runs everything on the main
 graph.
+
+Texts are queries or passages: a model trained with a marker before each (e5's "query: " and
+"passage: ", recorded in its manifest) gets it here, so callers only say which kind they embed.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from models.manifest import GraphSpec, Manifest, load_manifest
+from models.manifest import EmbeddingSpec, GraphSpec, Manifest, TextKind, load_manifest
 from runtime.errors import RuntimeModelError
 from runtime.graphs import graph_paths
 from runtime.options import RuntimeOptions
@@ -32,6 +35,14 @@ from runtime.session import open_graph
 class Embeddings:
     vectors: np.ndarray  # [N, H] float32, L2-normalised
     truncated: list[bool]  # text i was longer than the graph's L tokens and was cut
+
+
+def unknown_share(tokenizer: Tokenizer, unk_id: int | None, text: str) -> float:
+    """Share of the text's tokens that are `unk_id` (none for a vocabulary without one)."""
+    if unk_id is None:
+        return 0.0
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    return sum(i == unk_id for i in ids) / len(ids) if ids else 0.0
 
 
 def pick_graph(graphs: list[GraphSpec], rows: int, longest: int) -> GraphSpec:
@@ -63,9 +74,28 @@ class Embedder:
         # the graph has a fixed length: we pad and truncate ourselves and report truncation
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
+        self.texts = m.embedding or EmbeddingSpec()
+        self.unk_id = m.tokenizer.unk_id if m.tokenizer.unk_id is not None else self._wordpiece_unk()
+        # tokens a passage may have: the graph's L less the passage marker (chunks are cut to this)
+        self.passage_tokens = self.seq - len(self._prefix_ids("passage"))
         # identity of the vectors: the source weights, not this build's batch/length or backend
         weights_sha = "".join(sorted(m.source.files.values()))
         self.model_id = f"{m.architecture.arch}:{hashlib.sha256(weights_sha.encode()).hexdigest()[:16]}"
+
+    def _wordpiece_unk(self) -> int | None:
+        # builds before the manifest recorded unk_id: WordPiece names its unknown token, byte-level
+        # BPE has none
+        unk = getattr(self.tokenizer.model, "unk_token", None)
+        return self.tokenizer.token_to_id(unk) if unk else None
+
+    def _prefix_ids(self, kind: TextKind) -> list[int]:
+        prefix = self.texts.prefix(kind)
+        return self.tokenizer.encode(prefix, add_special_tokens=False).ids if prefix else []
+
+    def unknown_share(self, text: str) -> float:
+        """Share of the text's tokens this model only knows as its unknown token: above a third it
+        cannot read the text (all-MiniLM-L6-v2 on Chinese: 40-90% [UNK])."""
+        return unknown_share(self.tokenizer, self.unk_id, text)
 
     @contextmanager
     def replaced_session(self, stand_in: Any) -> Iterator[None]:
@@ -77,8 +107,11 @@ class Embedder:
         finally:
             self.session = original
 
-    def encode_ids(self, texts: list[str]) -> tuple[list[list[int]], list[bool]]:
-        encodings = self.tokenizer.encode_batch(texts)
+    def encode_ids(self, texts: list[str], kind: TextKind | list[TextKind] = "passage"
+                   ) -> tuple[list[list[int]], list[bool]]:
+        """`kind`: of every text, or of each (a question beside passage sentences: one run)."""
+        kinds = [kind] * len(texts) if isinstance(kind, str) else kind
+        encodings = self.tokenizer.encode_batch([self.texts.prefix(k) + t for k, t in zip(kinds, texts)])
         ids, truncated = [], []
         for enc in encodings:
             toks = enc.ids
@@ -92,9 +125,10 @@ class Embedder:
     def _session(self, graph: GraphSpec):
         return self.session if graph.name == self.graphs[0].name else self.bucket_sessions[graph.name]
 
-    def embed(self, texts: list[str], buckets: bool = True) -> Embeddings:
-        """`buckets=False` runs every text on the main graph (what calibration captures)."""
-        ids, truncated = self.encode_ids(texts)
+    def embed(self, texts: list[str], buckets: bool = True, kind: TextKind | list[TextKind] = "passage") -> Embeddings:
+        """`kind`: what the texts are, for a model with query and passage markers (the same vectors
+        otherwise); `buckets=False` runs every text on the main graph (what calibration captures)."""
+        ids, truncated = self.encode_ids(texts, kind)
         out = np.zeros((len(texts), self.dim), np.float32)
         graphs = self.graphs if buckets else self.graphs[:1]
         for start in range(0, len(ids), self.batch):

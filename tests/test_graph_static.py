@@ -28,7 +28,7 @@ def assert_static(path):
         assert all(d.HasField("dim_value") and d.dim_value > 0 for d in dims), f"{path.name}: {v.name} is dynamic"
 
 
-@pytest.mark.parametrize("key", ["llama", "qwen2", "bert"])
+@pytest.mark.parametrize("key", ["llama", "qwen2", "bert", "e5"])
 def test_tiny_graphs_are_static(tiny_builds, key):
     for path in graph_files(tiny_builds[key]):
         assert_static(path)

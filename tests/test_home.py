@@ -174,3 +174,14 @@ def test_quickstart_reuses_the_home_or_an_earlier_checkout_build(env, monkeypatc
     for name in names:
         shutil.move(checkout / "models" / name, tmp_path / "home" / "models" / name)
     assert qs.ensure_default_models(None, "htp", TINY_LLM) == tuple(tmp_path / "home" / "models" / n for n in names)
+
+
+def test_quickstart_builds_the_multilingual_embedder_for_documents_mostly_in_chinese(tmp_path):
+    from app.quickstart import choose_embedder
+
+    english, chinese = tmp_path / "manual.md", tmp_path / "faq.md"
+    english.write_text("# Charging\n\nPlug the cable in and charging starts by itself.\n", encoding="utf-8")
+    chinese.write_text("# 充电\n\n插上充电枪后会自动开始充电。充满后充电口的灯变成绿色。\n", encoding="utf-8")
+    assert choose_embedder([english])[0] == "all-minilm-l6-v2"
+    assert choose_embedder([english, chinese])[0] == "multilingual-e5-small"
+    assert "Chinese" in choose_embedder([chinese])[1]

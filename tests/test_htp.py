@@ -36,11 +36,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def htp_models(tiny_builds, tmp_path_factory):
-    """Copies of the tiny llama / qwen2 / BERT builds, every graph compiled unshared for TARGET
+    """Copies of the tiny llama / qwen2 / BERT / e5 builds, every graph compiled unshared for TARGET
     and recorded in the manifest."""
     root = tmp_path_factory.mktemp("htp_models")
     out = {}
-    for key in ("llama", "qwen2", "bert"):
+    for key in ("llama", "qwen2", "bert", "e5"):
         d = root / key
         shutil.copytree(tiny_builds[key], d)
         entry = compile_model_dir(d, [TARGET], shared=False)
@@ -118,15 +118,16 @@ def test_htp_greedy_tokens_match_cpu(htp_models, key):
     assert int(np.argmax(htp_logits[-1])) == int(np.argmax(cpu_logits[-1]))
 
 
-def test_htp_embedder_matches_cpu(htp_models, tiny_builds, monkeypatch):
-    d = htp_models["bert"]
-    texts = ["the cat sat on the mat", "a tyre pressure warning light", "hello", "what is in the box?", "the end"]
+@pytest.mark.parametrize("key", ["bert", "e5"])
+def test_htp_embedder_matches_cpu(htp_models, tiny_builds, key):
+    d = htp_models[key]
+    texts = ["the cat sat on the mat", "a tyre pressure warning light", "hello", "what is in the box?", "中文 充电"]
     ref = Embedder(d).embed(texts).vectors
     emb = Embedder(d, HTP)  # the EPContext build recorded in the manifest
     assert emb.session.path == d / _build(d).graphs["embed"]
     got = emb.embed(texts).vectors
     # a model without an HTP build: its ONNX graph is compiled when the session is created
-    jit = Embedder(tiny_builds["bert"], RuntimeOptions(backend="htp", soc_model=57)).embed(texts).vectors
+    jit = Embedder(tiny_builds[key], RuntimeOptions(backend="htp", soc_model=57)).embed(texts).vectors
     for i in range(len(texts)):  # every batch row, including the padded second batch
         assert cosine(got[i], ref[i]) >= 0.999
         assert cosine(jit[i], ref[i]) >= 0.999

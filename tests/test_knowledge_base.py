@@ -436,11 +436,11 @@ def test_searches_do_not_wait_for_an_ingest(tmp_path, embedder, monkeypatch):
         slow = threading.Event()
         real = type(embedder).embed
 
-        def embed(self, texts, buckets=True):
+        def embed(self, texts, buckets=True, kind="passage"):
             if len(texts) > 1:  # an ingest batch, not a one-question search
                 slow.set()
                 time.sleep(1.5)
-            return real(self, texts, buckets)
+            return real(self, texts, buckets, kind)
 
         monkeypatch.setattr(type(embedder), "embed", embed)
         ingest = threading.Thread(target=kb.ingest, args=([folder],), kwargs={"progress": False})

@@ -77,7 +77,7 @@ def test_file_added_after_the_build_is_refused(model_copy):
         load_manifest(model_copy)
 
 
-@pytest.mark.parametrize("key", ["llama", "llama_q41", "qwen2", "bert"])
+@pytest.mark.parametrize("key", ["llama", "llama_q41", "qwen2", "bert", "e5"])
 def test_built_models_pass_the_check(tiny_builds, key):
     """Builders list every file they write, so their output passes the unlisted-file check."""
     assert "weights.data" in load_manifest(tiny_builds[key]).files

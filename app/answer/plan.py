@@ -29,6 +29,7 @@ from app.voice import VOICE_MAX_TOKENS
 from knowledge.prompts import answer_instructions, voice_instructions, with_system
 from knowledge.profile import AnswerProfile
 from knowledge.retrieval import MAX_UNKNOWN_SHARE
+from models.manifest import TextKind
 from runtime.errors import ContextOverflowError
 from runtime.llm import LLM
 
@@ -328,7 +329,8 @@ def _quotable(rarest: set[str], question: str, passages: list[Passage]) -> bool:
 
 def _similarity(kb):
     def cosines(question: str, sentences: list[str]) -> list[float]:
-        vectors = kb.embedder.embed([question, *sentences]).vectors  # L2-normalised
+        kinds: list[TextKind] = ["query", *["passage"] * len(sentences)]
+        vectors = kb.embedder.embed([question, *sentences], kind=kinds).vectors  # L2-normalised
         return (vectors[1:] @ vectors[0]).tolist()
 
     return cosines

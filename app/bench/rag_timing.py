@@ -23,8 +23,10 @@ class _Embedded:
     def __init__(self, embedder, text: str, embeddings):
         self._embedder, self._text, self._embeddings = embedder, text, embeddings
 
-    def embed(self, texts: list[str]):
-        return self._embeddings if texts == [self._text] else self._embedder.embed(texts)
+    def embed(self, texts: list[str], buckets: bool = True, kind="passage"):
+        if texts == [self._text] and kind == "query":
+            return self._embeddings
+        return self._embedder.embed(texts, buckets, kind)
 
     def __getattr__(self, name: str):
         return getattr(self._embedder, name)
@@ -59,7 +61,7 @@ def rag_ttft(assistant, question: str = TYPICAL_QUESTION, repeats: int = 3) -> d
     prompt_tokens = passages = 0
     for _ in range(repeats):
         embedder = kb.embedder
-        vectors, embed_ms = _timed(lambda: embedder.embed([question]))
+        vectors, embed_ms = _timed(lambda: embedder.embed([question], kind="query"))
         kb.embedder = _Embedded(embedder, question, vectors)
         try:
             hits, search_ms = _timed(lambda: kb.search(question, k=s.rag_k, min_score=s.rag_min_score))

