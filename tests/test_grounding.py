@@ -858,3 +858,43 @@ def test_a_number_no_list_states_is_nobody_elses():
     check = Verifier([passage], "The tyre light came on. What should I pump them up to, front and back?").check(
         "It means at least one of your tyres is 20 percent or more below its recommended pressure.")
     assert check.ok, check.unsupported
+
+
+def test_the_time_to_the_first_sentence_is_reported_in_its_parts():
+    """retrieval + the rest of the plan + placement + prefill + the model's tokens + the checks = the time to the
+    first sentence, each part as the answer measured it (a model whose prefill takes 50 ms)."""
+    import time
+
+    from app.answer.pipeline import AnswerPlan, GroundedGeneration
+    from app.bench.answers import FIRST_PARTS, first_parts, summarize
+    from runtime.sampling import SamplingParams
+
+    class SlowPrefill(_ScriptedLLM):
+        def generate(self, *args, **kwargs):
+            inner = super().generate(*args, **kwargs)
+
+            class Gen:
+                result = None
+
+                def __iter__(gen):
+                    time.sleep(0.05)
+                    yield from inner
+                    gen.result = inner.result
+            return Gen()
+
+    plan = AnswerPlan("How far can I drive after sealing?", "en", voice=True, grounded=True, prompt_ids=[1, 2, 3],
+                      max_tokens=64, passages=[Passage.of(1, _hit("entry", "The question?\n" + SEALANT, 0.6, 8.0))],
+                      timings={"retrieval_ms": 120.0, "plan_ms": 500.0})
+    gen = GroundedGeneration(SlowPrefill("You can drive no further than 200 km. Then replace the tyre."), plan,
+                             SamplingParams(temperature=0.0))
+    assert "200 kilometres" in "".join(gen)  # spoken
+    timings = gen.result.timings
+    parts = first_parts({**timings, "prefill_ms": 50.0})  # the scripted result reports 100 ms: the time slept
+    assert parts["retrieval"] == 120.0 and parts["prompt"] == 380.0 and parts["prefill"] == 50.0
+    assert parts["verification"] > 0 and parts["draft"] >= 0
+    assert abs(sum(parts.values()) - timings["first_sentence_ms"]) < 5  # the sleep's own overshoot aside
+    summary = summarize([{"answerable": True, "refused": False, "grade": "correct", "lang": "en", "unsupported": [],
+                          "first_sentence_ms": float(ms), "first_parts": dict.fromkeys(FIRST_PARTS, float(ms))}
+                         for ms in range(1, 11)])
+    assert summary["first_sentence_ms"] == {"median": 5.5, "p90": 9.0, "max": 10.0}
+    assert summary["first_parts"]["draft"] == {"median": 5.5, "p90": 9.0, "max": 10.0}

@@ -88,6 +88,7 @@ class GroundedGeneration:
         self._sep = ""  # whitespace owed before the next piece
         self._start = time.perf_counter()
         self._timings = dict(plan.timings)
+        self._verify_s = 0.0  # spent checking sentences before the first one was said
         self.refusal_probability: float | None = None  # the model's, at its first step (refusal_probability)
 
     def __iter__(self) -> Iterator[str]:
@@ -104,6 +105,7 @@ class GroundedGeneration:
         if not self._pieces:  # from the question's arrival: retrieval and the prompt included
             elapsed = (time.perf_counter() - self._start) * 1000
             self._timings["first_sentence_ms"] = round(self._timings.get("plan_ms", 0.0) + elapsed, 1)
+            self._timings["verify_ms"] = round(self._verify_s * 1000, 1)
         self._pieces.append(piece)
         yield piece
 
@@ -224,7 +226,7 @@ class GroundedGeneration:
                                          or verifier.leans_on_next(sentence)):
                 marker += sentence  # "1. ", "Yes. ", "Yes, you can." belong to the sentence after them
                 continue
-            check = verifier.check(marker + (sentence or ""))
+            check = self._check(verifier, marker + (sentence or ""))
             marker = ""
             if check.refusal:
                 draft.verdict = "model_refused"
@@ -258,6 +260,14 @@ class GroundedGeneration:
         elif draft.dropped and not draft.released:
             draft.verdict = "unsupported"
         return draft
+
+    def _check(self, verifier: Verifier, sentence: str) -> Check:
+        """Verifier.check, timed until the first sentence is said (a part of the time to it)."""
+        started = time.perf_counter()
+        check = verifier.check(sentence)
+        if not self._pieces:
+            self._verify_s += time.perf_counter() - started
+        return check
 
     def _grounded(self, verifier: Verifier, sentence: str) -> bool:
         """A sentence made of the passages' words (Verifier.grounded) that names what the question is most

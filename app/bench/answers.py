@@ -148,11 +148,38 @@ def summarize(rows: list[dict]) -> dict:
     for key in ("first_sentence_ms", "answer_ms"):
         times = [r[key] for r in rows if r.get(key) is not None]
         if times:
-            out[key] = {"median": round(statistics.median(times), 1), "max": round(max(times), 1)}
+            out[key] = _spread(times)
+    parts = [r["first_parts"] for r in rows if r.get("first_parts")]
+    if parts:
+        out["first_parts"] = {part: _spread([p[part] for p in parts]) for part in FIRST_PARTS}
     drafted = sum(r.get("drafted_tokens", 0) for r in rows)
     if drafted:  # prompt lookup: how many drafted tokens greedy decoding kept
         out["drafts"] = {"drafted": drafted, "accepted": sum(r.get("accepted_tokens", 0) for r in rows)}
     return out
+
+
+def _spread(times: list[float]) -> dict[str, float]:
+    """Milliseconds: the median, the 90th percentile (nearest rank: a time some answer took) and the worst."""
+    ranked = sorted(times)
+    p90 = ranked[max(0, -(-len(ranked) * 9 // 10) - 1)]
+    return {"median": round(statistics.median(ranked), 1), "p90": round(p90, 1), "max": round(ranked[-1], 1)}
+
+
+# where the time to the first said sentence goes, in order: the search, the rest of the plan (the refusal
+# gate, the passages, the prompt), kept rows placed, the prompt's prefill, the model's tokens up to the
+# end of that sentence (with any retry) and the checks of the sentences before it was said
+FIRST_PARTS = ("retrieval", "prompt", "placement", "prefill", "draft", "verification")
+
+
+def first_parts(timings: dict[str, float]) -> dict[str, float] | None:
+    """The parts (FIRST_PARTS, ms) of an answer's time to its first sentence; None when it said none."""
+    if "first_sentence_ms" not in timings:
+        return None
+    plan, retrieval = timings.get("plan_ms", 0.0), timings.get("retrieval_ms", 0.0)
+    placement, prefill, verify = (timings.get(k, 0.0) for k in ("passage_kv_ms", "prefill_ms", "verify_ms"))
+    draft = timings["first_sentence_ms"] - plan - placement - prefill - verify
+    values = (retrieval, plan - retrieval, placement, prefill, max(draft, 0.0), verify)
+    return {part: round(v, 1) for part, v in zip(FIRST_PARTS, values)}
 
 
 def _chunks(kb) -> list:
@@ -187,6 +214,7 @@ def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = F
                    refusal_probability=g.refusal_probability if g else None)
         row["first_sentence_ms"] = answer.timings.get("first_sentence_ms")
         row["answer_ms"] = answer.timings.get("total_ms")
+        row["first_parts"] = first_parts(answer.timings)
         row.update({k: answer.timings[k] for k in ("drafted_tokens", "accepted_tokens") if k in answer.timings})
         rows.append(row)
     failing = [r for r in rows if r["grade"] != "correct" and not (r["refused"] and not r["answerable"])]
@@ -204,7 +232,10 @@ def format_summary(result: dict) -> str:
         lines.append(f"  {lang}: correct {v['correct']} of {v['answerable']}")
     for key, what in (("first_sentence_ms", "first sentence"), ("answer_ms", "whole answer")):
         if key in s:
-            lines.append(f"{what}: median {s[key]['median']} ms, max {s[key]['max']} ms")
+            lines.append(f"{what}: median {s[key]['median']} ms, p90 {s[key]['p90']} ms, max {s[key]['max']} ms")
+    if "first_parts" in s:
+        lines.append("  its parts (median / p90 / max ms): " + ", ".join(
+            f"{part} {v['median']:g}/{v['p90']:g}/{v['max']:g}" for part, v in s["first_parts"].items()))
     if "drafts" in s:
         lines.append(f"prompt lookup: {s['drafts']['accepted']} of {s['drafts']['drafted']} drafted tokens kept")
     if s.get("failing"):
