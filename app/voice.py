@@ -43,8 +43,9 @@ _PREAMBLE = re.compile(r"^\s*(?:the answer is|answer|here is the answer|sure|答
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-def speakable(text: str) -> str:
-    """Strip markdown, citations and preambles; spell units and group phone digits for reading aloud."""
+def speakable(text: str, sentence_start: bool = True) -> str:
+    """Strip markdown, citations and preambles; spell units and group phone digits for reading aloud.
+    `sentence_start`: the text begins a sentence (not the rest of one whose first clause was said)."""
     lang = "zh" if _CJK.search(text) else "en"
     text = _PREAMBLE.sub("", _CITED.sub(" ", strip_markdown(text)))
     text = _PHONE.sub(lambda m: m.group(0).replace("-", " "), text)
@@ -56,4 +57,4 @@ def speakable(text: str) -> str:
     text = re.sub(r"\s+([.,;:!?，。；：！？])", r"\1", text)
     text = re.sub(r"^[\s,;:，；：]+", "", text)
     text = re.sub(r"\s{2,}", " ", text).strip()
-    return text[:1].upper() + text[1:] if lang == "en" else text
+    return text[:1].upper() + text[1:] if lang == "en" and sentence_start else text

@@ -898,3 +898,21 @@ def test_the_time_to_the_first_sentence_is_reported_in_its_parts():
                          for ms in range(1, 11)])
     assert summary["first_sentence_ms"] == {"median": 5.5, "p90": 9.0, "max": 10.0}
     assert summary["first_parts"]["draft"] == {"median": 5.5, "p90": 9.0, "max": 10.0}
+
+
+def test_a_spoken_first_clause_is_said_early_only_in_the_passages_words():
+    from app.answer.pipeline import AnswerPlan, GroundedGeneration
+    from runtime.sampling import SamplingParams
+
+    def pieces(model_says: str) -> list[str]:
+        plan = AnswerPlan("How far can I drive after sealing the tyre?", "en", voice=True, grounded=True,
+                          prompt_ids=[1, 2, 3], max_tokens=64,
+                          passages=[Passage.of(1, _hit("entry", "The question?\n" + SEALANT, 0.6, 8.0))])
+        return list(GroundedGeneration(_ScriptedLLM(model_says), plan, SamplingParams(temperature=0.0)))
+
+    # the passage's words: said at the comma, the rest of the sentence after it without a capital
+    assert pieces("After sealing the tyre with the kit, drive no further than 200 km.") == [
+        "After sealing the tyre with the kit,", " drive no further than 200 kilometres."]
+    # words of the model's own: the clause waits and is checked with its sentence
+    assert pieces("To stay safe until a mechanic looks at it, drive no further than 200 km.") == [
+        "To stay safe until a mechanic looks at it, drive no further than 200 kilometres."]

@@ -27,3 +27,26 @@ def test_sentences_are_released_whole_across_token_boundaries():
         out += stream.push(piece)
     assert out == ["1. ", "Open the app. ", "2. ", "Tap Reset. ", "你好。", "再见！ "]
     assert stream.flush() == ["The end"]
+
+
+def _units(text: str, first_clause: bool = True, step: int = 3) -> list[str]:
+    """The units a stream releases for `text` fed `step` characters at a time (as tokens arrive)."""
+    stream, out = SentenceStream(first_clause), []
+    for i in range(0, len(text), step):
+        out += stream.push(text[i:i + step])
+    out += stream.flush()
+    assert "".join(out) == text
+    return out
+
+
+def test_a_spoken_answer_starts_with_its_first_long_clause():
+    steps = "To pair your phone with Bluetooth, turn it on, open Settings and tap Pair. Then confirm the code."
+    assert _units(steps) == ["To pair your phone with Bluetooth, ", "turn it on, open Settings and tap Pair. ",
+                             "Then confirm the code."]
+    assert _units(steps, first_clause=False)[0].startswith("To pair your phone with Bluetooth, turn it on,")
+    # a short first clause waits for its sentence; a number's thousands comma is no clause end
+    assert _units("Yes, you can tow up to 1,500 kg with a braked trailer. No more.") == [
+        "Yes, you can tow up to 1,500 kg with a braked trailer. ", "No more."]
+    assert _units("No. The limit is 50 km/h, in every mode.") == ["No. ", "The limit is 50 km/h, in every mode."]
+    assert _units("要连接蓝牙手机，请先在手机上打开蓝牙，然后在屏幕上选择设备。接着确认。") == [
+        "要连接蓝牙手机，请先在手机上打开蓝牙，", "然后在屏幕上选择设备。", "接着确认。"]

@@ -25,7 +25,7 @@ from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
 from app.answer.question import answers_kind, asks_quantity, on_topic, unit_of, wanted_units
 from app.answer.relevance import content_words
-from app.answer.sentences import SentenceStream, is_list_marker, split_sentences
+from app.answer.sentences import SentenceStream, ends_clause, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
 from app.answer.types import Grounding
 from app.voice import speakable
@@ -97,10 +97,13 @@ class GroundedGeneration:
     # ---- output
     def _emit(self, sentence: str) -> Iterator[str]:
         core = sentence.rstrip()
-        text = speakable(core) if self.plan.voice else core
+        # a spoken first clause's sentence goes on in the next piece: no capital, no space after "，"
+        going_on = bool(self._pieces) and ends_clause(self._pieces[-1])
+        text = speakable(core, sentence_start=not going_on) if self.plan.voice else core
         if not text:
             return
-        piece = (" " if self.plan.voice and self._pieces else self._sep) + text
+        space = "" if going_on and not self._pieces[-1][-1].isascii() else " "
+        piece = (space if self.plan.voice and self._pieces else self._sep) + text
         self._sep = "" if self.plan.voice else sentence[len(core):]
         if not self._pieces:  # from the question's arrival: retrieval and the prompt included
             elapsed = (time.perf_counter() - self._start) * 1000
@@ -218,13 +221,17 @@ class GroundedGeneration:
         stopped at a refusal, a word the KB lacks, or its second unsupported sentence. Returns the `_Draft`."""
         draft = _Draft()
         marker = ""
-        sentences = _sentences(gen)
+        sentences = _sentences(gen, first_clause=self.plan.voice)
         for sentence in chain(sentences, [None]):  # None: the end, where a reply still held is checked alone
             if sentence is None and not marker:
                 break
             if sentence is not None and (is_list_marker(sentence) or is_bare_reply(sentence)
                                          or verifier.leans_on_next(sentence)):
                 marker += sentence  # "1. ", "Yes. ", "Yes, you can." belong to the sentence after them
+                continue
+            if (self.plan.voice and sentence is not None and ends_clause(sentence)
+                    and not self._grounded(verifier, marker + sentence)):
+                marker += sentence  # a clause said early is the passages' words; another waits for its sentence
                 continue
             check = self._check(verifier, marker + (sentence or ""))
             marker = ""
@@ -329,7 +336,7 @@ class GroundedGeneration:
         gen = self.llm.generate(self.plan.prompt_ids, max_new_tokens=self.plan.max_tokens, sampling=self.sampling,
                                 stop=self.stop, cancel=self.cancel, draft=self.draft)
         if self.plan.voice:
-            for sentence in _sentences(gen):
+            for sentence in _sentences(gen, first_clause=True):
                 if not is_list_marker(sentence):
                     yield from self._emit(sentence)
         else:
@@ -376,8 +383,9 @@ def _covers(part: str, answer: str, sentence: str) -> bool:
     return adds <= said or bool(said - adds)
 
 
-def _sentences(gen) -> Iterator[str]:
-    stream = SentenceStream()
+def _sentences(gen, first_clause: bool = False) -> Iterator[str]:
+    """The units of the model's answer: sentences, and with `first_clause` (spoken) a long first clause."""
+    stream = SentenceStream(first_clause)
     for delta in gen:
         yield from stream.push(delta.text)
     yield from stream.flush()

@@ -37,19 +37,56 @@ def split_sentences(text: str) -> list[str]:
     return whole + ([rest] if rest else [])
 
 
-class SentenceStream:
-    """Feed text deltas, take whole sentences; `flush` returns the unfinished rest."""
+# a clause ends at a comma, semicolon or colon followed by a space ("1,500 kg" is one number), or at
+# Chinese ，；： at once
+_CLAUSE_END = re.compile(r"[,;:][\"')\]”’]*\s+|[，；：]\s*")
+_WORDS = re.compile(r"[^\W\d_]+|\d[\d.,]*")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+# a first clause this long is worth saying on its own: six words, or twelve Chinese characters (a
+# Chinese word is one to three characters, most often two); a shorter one ("Yes," "To do that,")
+# waits for the rest of its sentence
+FIRST_CLAUSE_WORDS = 6
+FIRST_CLAUSE_HANZI = 12
 
-    def __init__(self):
+
+def _long_clause(text: str) -> bool:
+    hanzi = len(_CJK.findall(text))
+    return hanzi >= FIRST_CLAUSE_HANZI or len(_WORDS.findall(_CJK.sub(" ", text))) >= FIRST_CLAUSE_WORDS
+
+
+class SentenceStream:
+    """Feed text deltas, take whole sentences; `flush` returns the unfinished rest. With `first_clause`
+    (spoken answers) the first unit may be a long enough clause ending at a comma, semicolon or colon:
+    text to speech starts on it while the model writes the rest of its sentence, and the checks still
+    see every unit before it is said."""
+
+    def __init__(self, first_clause: bool = False):
         self._buf = ""
+        self._first = first_clause
 
     def push(self, text: str) -> list[str]:
-        whole, self._buf = _split(self._buf + text)
-        return whole
+        self._buf += text
+        out = []
+        if self._first:
+            whole, _ = _split(self._buf)
+            end = len(whole[0]) if whole else len(self._buf)  # a clause of the first sentence only
+            m = next((m for m in _CLAUSE_END.finditer(self._buf, 0, end) if _long_clause(self._buf[:m.start()])),
+                     None)
+            if m:
+                out.append(self._buf[:m.end()])
+                self._buf = self._buf[m.end():]
+            self._first = not (m or whole)
+        whole, self._buf = _split(self._buf)
+        return out + whole
 
     def flush(self) -> list[str]:
         rest, self._buf = self._buf, ""
         return [rest] if rest else []
+
+
+def ends_clause(text: str) -> bool:
+    """Whether a unit of a stream ends inside its sentence (a first clause, SentenceStream)."""
+    return text.rstrip()[-1:] in (",", ";", ":", "，", "；", "：")
 
 
 def is_list_marker(sentence: str) -> bool:
