@@ -119,6 +119,43 @@ def test_html_sphinx_page_keeps_its_sections_and_drops_its_chrome():
     assert doc.text.startswith("Web applications usually face all kinds of security problems")
 
 
+def test_html_mkdocs_pages_keep_every_heading_and_drop_their_chrome():
+    pages = REALDOCS.parent / "mkdocs"
+    doc = load_document(pages / "deploying-your-docs.html")
+    assert doc.title == "Deploying Your Docs - MkDocs"
+    top, gh = "Deploying your docs", "Deploying your docs > GitHub Pages"
+    assert [" > ".join(s.heading) for s in doc.sections] == [
+        top, gh, f"{gh} > Project Pages", f"{gh} > Organization and User Pages", f"{gh} > Custom Domains",
+        f"{top} > Read the Docs", f"{top} > Other Providers", f"{top} > Local Files", f"{top} > 404 Pages"]
+    assert doc.text.startswith("A basic guide to deploying your docs to various hosting providers\n\n")
+    # headings whose ids ("search", "nav", "edit_uri", "copyright", "min_search_length") look like chrome
+    config = load_document(pages / "configuration.html")
+    headings = {" > ".join(s.heading) for s in config.sections}
+    for h in ("Configuration > Project information > edit_uri", "Configuration > Project information > copyright",
+              "Configuration > Documentation layout > nav",
+              "Configuration > Formatting options > plugins > Search > min_search_length"):
+        assert h in headings, h
+    for name in sorted(pages.glob("*.html")):
+        page = load_document(name)
+        assert not any("\uf0c1" in h for s in page.sections for h in s.heading), name.name  # permalink glyphs
+        text = page.text
+        for chrome in ("Edit on GitHub", "Keyboard Shortcuts", "From here you can search", "Maintained by",
+                       "Toggle navigation", "Table of Contents"):
+            assert chrome not in text, (name.name, chrome)
+
+
+def test_html_heading_ids_are_not_chrome_names(tmp_path):
+    # Python-Markdown, Sphinx and pandoc give a heading (or its section) an id made of its words
+    path = tmp_path / "config.html"
+    path.write_text('<main><h1 id="config">Config</h1><h2 id="nav">nav<a class="headerlink" href="#nav">\uf0c1</a></h2>'
+                    '<p>The menu layout.</p><section id="search"><h2>Search</h2><p>Index options.</p>'
+                    '<h3 id="min_search_length"><strong>min_search_length</strong></h3><p>Shortest query.</p></section>'
+                    '<div id="searchbox"><h3>Quick search</h3><p>Type here.</p></div>'
+                    '<div class="toc" id="contents"><p>Contents list</p></div></main>')
+    assert sections(load_document(path)) == [("Config > nav", "The menu layout."), ("Config > Search", "Index options."),
+                                              ("Config > Search > min_search_length", "Shortest query.")]
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
 def test_faq_formats(tmp_path, suffix):
     entries = [{"id": "a1", "category": "tyres", "question": "Pressure?", "answer": "240 kPa."},

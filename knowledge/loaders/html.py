@@ -10,7 +10,8 @@ HTML the way browsers do); the content is then, in order:
    and ARIA roles of the same meaning, elements whose class or id names navigation / sidebar /
    table-of-contents / breadcrumb / footer parts, permalink anchors, "edit / report / show source"
    links, and copyright lines; never the words of a heading, whatever element inside it carries a
-   chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`).
+   chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`), and never a heading or
+   section by its id when that id is the slug of its own heading (MkDocs' "Search", "nav").
 
 General extractors were measured on Sphinx pages and small pages and not used: trafilatura keeps the
 chrome of a page that has no content and drops the headings of short pages; readability-lxml
@@ -37,6 +38,10 @@ _CHROME_NAME = re.compile(r"(?:^|[-_])(?:sidebar|sphinxsidebar|sidenav|navbar|na
 _CHROME_LINK = re.compile(r"^\s*(?:edit|report|show|view|improve|suggest)\b.{0,30}"
                           r"\b(?:page|source|bug|issue|github|gitlab|file)s?\s*$", re.I)
 _COPYRIGHT = re.compile(r"^\s*(?:©|\(c\)|copyright\b)", re.I)
+# icon fonts (Font Awesome in MkDocs' themes, Material icons) draw permalink glyphs with code points of
+# Unicode's private use area: never a word of the heading
+_ICON_GLYPHS = re.compile("[\ue000-\uf8ff]")
+_SLUG_NOISE = re.compile(r"[\W_]+")
 _HEADINGS = {f"h{i}": i for i in range(1, 7)}
 _LINE_BREAKS = {"br", "li", "tr", "dt", "dd", "option"}
 _BLOCKS = {"p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "ul", "ol", "dl", "table",
@@ -65,13 +70,35 @@ def _is_chrome(el: etree._Element) -> bool:
         return True
     if (el.get("role") or "").lower() in _CHROME_ROLES:
         return True
-    names = (el.get("class") or "").lower().split() + (el.get("id") or "").lower().split()
+    names = (el.get("class") or "").lower().split()
+    if not _id_is_own_heading(el):
+        names += (el.get("id") or "").lower().split()
     if any(_CHROME_NAME.search(n) for n in names):
         return True
     text = " ".join(el.text_content().split()) if tag in ("a", "p", "div") else ""
     if tag == "a" and (_CHROME_LINK.match(text) or (text and not clean_heading(text))):
         return True  # "Show Source", "Edit on GitHub", and anchors that are only a pilcrow
     return tag in ("p", "div") and len(text) < 300 and bool(_COPYRIGHT.match(text))
+
+
+def _slug(text: str) -> str:
+    return _SLUG_NOISE.sub("", text.lower())
+
+
+def _id_is_own_heading(el: etree._Element) -> bool:
+    """The element's id is the slug of its own heading (its text, or its first heading's).
+
+    Python-Markdown's toc (MkDocs), Sphinx, pandoc, Hugo and Docusaurus give every heading, or the
+    section around it, an id made from the heading's words, so "Search", "nav", "edit_uri" or
+    "min_search_length" are content there, not the names of a search box or a navigation bar (MkDocs'
+    configuration page lost those sections to the chrome names). A chrome container's id is never the
+    slug of a heading it holds ("searchbox" around "Quick search", "sidebar" around "Contents")."""
+    ident = el.get("id")
+    if not ident:
+        return False
+    tag = el.tag if isinstance(el.tag, str) else ""
+    heading = el if tag in _HEADINGS else next(el.iter(*_HEADINGS), None)
+    return heading is not None and _slug(ident) == _slug(heading.text_content()) != ""
 
 
 def _in_heading(el: etree._Element) -> bool:
@@ -83,8 +110,9 @@ def _drop_chrome(region: etree._Element) -> None:
         if el is region or el.getparent() is None or not _is_chrome(el):
             continue
         # a heading's text is never chrome, whatever wraps it (Sphinx's <a class="toc-backref">): inside
-        # a heading only a permalink anchor (a pilcrow, no words) goes
-        if _in_heading(el) and clean_heading(el.text_content()):
+        # a heading only a permalink anchor goes, one with no letter or digit (a pilcrow, "#", an icon
+        # font's glyph)
+        if _in_heading(el) and _WORD.search(clean_heading(el.text_content())):
             continue
         el.drop_tree()  # keeps the element's tail text (it belongs to the parent)
 
@@ -154,7 +182,7 @@ class _TextWriter:
     def _heading(self, level: int, raw: str) -> None:
         self._break(2)
         self._close_section()
-        title = clean_heading(raw)
+        title = clean_heading(_ICON_GLYPHS.sub("", raw))
         while self.stack and self.stack[-1][0] >= level:
             self.stack.pop()
         if title:
