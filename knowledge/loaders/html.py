@@ -5,11 +5,13 @@ Source" / "Edit this page" links, copyright footers) that would otherwise be ind
 and win searches for words like "contents" or "index". lxml parses the page (it repairs broken
 HTML the way browsers do); the content is then, in order:
 
-1. the main region: `<main>` or `role="main"`, else the `<article>`, else `<body>`;
+1. the main region: `<main>` or `role="main"`, else the `<article>`, else `<body>`; a block classed as a
+   title that comes first in it (Doxygen's `<div class="title">`) is the page's top heading;
 2. minus chrome: landmark elements (`nav`, `aside`, `footer`, a `header` without a heading, forms)
    and ARIA roles of the same meaning, elements whose class or id names navigation / sidebar /
    table-of-contents / breadcrumb / footer parts, permalink anchors, "edit / report / show source"
-   links, and copyright lines; never the words of a heading, whatever element inside it carries a
+   links, short lines whose every link only moves through the site (next / index), banners, and
+   copyright lines; never the words of a heading, whatever element inside it carries a
    chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`), and never a heading or
    section by its id when that id is the slug of its own heading (MkDocs' "Search", "nav").
 
@@ -34,14 +36,24 @@ _CHROME_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary
 # one class or id token names a chrome part (matched whole or as a -/_ separated part: "md-sidebar")
 _CHROME_NAME = re.compile(r"(?:^|[-_])(?:sidebar|sphinxsidebar|sidenav|navbar|navigation|nav|menu|toc|toctree"
                           r"|breadcrumbs?|footer|headerlink|searchbox|search|skip|pager|pagination|related"
-                          r"|edit|share|copyright|prev|next|feedback)(?:[-_]|$)")
+                          r"|edit|share|copyright|prev|next|feedback"
+                          # the site's own name above the page: ARIA's "banner" as a class, Bootstrap's and
+                          # many themes' "masthead", Doxygen's "titlearea" (project name and brief)
+                          r"|banner|masthead|titlearea)(?:[-_]|$)")
 _CHROME_LINK = re.compile(r"^\s*(?:edit|report|show|view|improve|suggest)\b.{0,30}"
                           r"\b(?:page|source|bug|issue|github|gitlab|file)s?\s*$", re.I)
 _COPYRIGHT = re.compile(r"^\s*(?:©|\(c\)|copyright\b)", re.I)
+# a block that names itself the page's title without being a heading element (Doxygen writes the page
+# title as <div class="title"> above <h1> sections); pandoc's "title", "page-title", "doc-title" alike
+_TITLE_CLASS = re.compile(r"(?:^|[-_])title$")
 # icon fonts (Font Awesome in MkDocs' themes, Material icons) draw permalink glyphs with code points of
 # Unicode's private use area: never a word of the heading
 _ICON_GLYPHS = re.compile("[\ue000-\uf8ff]")
 _SLUG_NOISE = re.compile(r"[\W_]+")
+# the words of links that only move through the site: a short block whose every link is one of them is a
+# navigation line (Doxygen's manual ends each page with "Go to the next section or return to the index",
+# DocBook's footers read "Prev Up Next Home"); a content link names its target
+_NAV_LINK = re.compile(r"^(?:next|previous|prev|up|index|home|top|back|contents)$", re.I)
 _HEADINGS = {f"h{i}": i for i in range(1, 7)}
 _LINE_BREAKS = {"br", "li", "tr", "dt", "dd", "option"}
 _BLOCKS = {"p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "ul", "ol", "dl", "table",
@@ -78,7 +90,14 @@ def _is_chrome(el: etree._Element) -> bool:
     text = " ".join(el.text_content().split()) if tag in ("a", "p", "div") else ""
     if tag == "a" and (_CHROME_LINK.match(text) or (text and not clean_heading(text))):
         return True  # "Show Source", "Edit on GitHub", and anchors that are only a pilcrow
+    if tag in ("p", "div") and len(text) < 120 and _only_navigation_links(el):
+        return True
     return tag in ("p", "div") and len(text) < 300 and bool(_COPYRIGHT.match(text))
+
+
+def _only_navigation_links(el: etree._Element) -> bool:
+    links = [" ".join(a.text_content().split()) for a in el.iter("a") if a.get("href")]
+    return bool(links) and all(_NAV_LINK.match(t) for t in links)
 
 
 def _slug(text: str) -> str:
@@ -164,6 +183,8 @@ class _TextWriter:
         if tag and tag not in _HIDDEN:
             if tag in _HEADINGS:
                 self._heading(_HEADINGS[tag], el.text_content())
+            elif self._is_page_title(el):
+                self._heading(0, el.text_content())  # above every h1 that follows
             elif tag == "pre":
                 self._break(2)
                 # one code block = one paragraph: blank lines inside it must not look like paragraph
@@ -178,6 +199,17 @@ class _TextWriter:
                 self._break(2 if tag in _BLOCKS else 1 if tag in _LINE_BREAKS else 0)
         if tail:
             self._inline(el.tail)
+
+    def _is_page_title(self, el: etree._Element) -> bool:
+        """A block classed as a title, first in the content, before any heading and holding none.
+
+        Only the first text of the page counts: asciidoc's and DocBook's "title" blocks name examples,
+        tables and figures inside sections, and a title class further down is not the page's."""
+        if self.length or self.stack or self.sections:
+            return False
+        if not any(_TITLE_CLASS.search(c) for c in (el.get("class") or "").lower().split()):
+            return False
+        return next(el.iter(*_HEADINGS), None) is None and 0 < len(clean_heading(el.text_content())) <= 200
 
     def _heading(self, level: int, raw: str) -> None:
         self._break(2)
