@@ -5,12 +5,15 @@ Source" / "Edit this page" links, copyright footers) that would otherwise be ind
 and win searches for words like "contents" or "index". lxml parses the page (it repairs broken
 HTML the way browsers do); the content is then, in order:
 
-1. the main region: `<main>` or `role="main"`, else the `<article>`, else `<body>`;
+1. the main region: `<main>` or `role="main"`, else the `<article>`, else `<body>`; a block classed as a
+   title that comes first in it (Doxygen's `<div class="title">`) is the page's top heading;
 2. minus chrome: landmark elements (`nav`, `aside`, `footer`, a `header` without a heading, forms)
    and ARIA roles of the same meaning, elements whose class or id names navigation / sidebar /
    table-of-contents / breadcrumb / footer parts, permalink anchors, "edit / report / show source"
-   links, and copyright lines; never the words of a heading, whatever element inside it carries a
-   chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`).
+   links, short lines whose every link only moves through the site (next / index), banners, and
+   copyright lines; never the words of a heading, whatever element inside it carries a
+   chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`), and never a heading or
+   section by its id when that id is the slug of its own heading (MkDocs' "Search", "nav").
 
 General extractors were measured on Sphinx pages and small pages and not used: trafilatura keeps the
 chrome of a page that has no content and drops the headings of short pages; readability-lxml
@@ -33,10 +36,24 @@ _CHROME_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary
 # one class or id token names a chrome part (matched whole or as a -/_ separated part: "md-sidebar")
 _CHROME_NAME = re.compile(r"(?:^|[-_])(?:sidebar|sphinxsidebar|sidenav|navbar|navigation|nav|menu|toc|toctree"
                           r"|breadcrumbs?|footer|headerlink|searchbox|search|skip|pager|pagination|related"
-                          r"|edit|share|copyright|prev|next|feedback)(?:[-_]|$)")
+                          r"|edit|share|copyright|prev|next|feedback"
+                          # the site's own name above the page: ARIA's "banner" as a class, Bootstrap's and
+                          # many themes' "masthead", Doxygen's "titlearea" (project name and brief)
+                          r"|banner|masthead|titlearea)(?:[-_]|$)")
 _CHROME_LINK = re.compile(r"^\s*(?:edit|report|show|view|improve|suggest)\b.{0,30}"
                           r"\b(?:page|source|bug|issue|github|gitlab|file)s?\s*$", re.I)
 _COPYRIGHT = re.compile(r"^\s*(?:©|\(c\)|copyright\b)", re.I)
+# a block that names itself the page's title without being a heading element (Doxygen writes the page
+# title as <div class="title"> above <h1> sections); pandoc's "title", "page-title", "doc-title" alike
+_TITLE_CLASS = re.compile(r"(?:^|[-_])title$")
+# icon fonts (Font Awesome in MkDocs' themes, Material icons) draw permalink glyphs with code points of
+# Unicode's private use area: never a word of the heading
+_ICON_GLYPHS = re.compile("[\ue000-\uf8ff]")
+_SLUG_NOISE = re.compile(r"[\W_]+")
+# the words of links that only move through the site: a short block whose every link is one of them is a
+# navigation line (Doxygen's manual ends each page with "Go to the next section or return to the index",
+# DocBook's footers read "Prev Up Next Home"); a content link names its target
+_NAV_LINK = re.compile(r"^(?:next|previous|prev|up|index|home|top|back|contents)$", re.I)
 _HEADINGS = {f"h{i}": i for i in range(1, 7)}
 _LINE_BREAKS = {"br", "li", "tr", "dt", "dd", "option"}
 _BLOCKS = {"p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "ul", "ol", "dl", "table",
@@ -65,13 +82,42 @@ def _is_chrome(el: etree._Element) -> bool:
         return True
     if (el.get("role") or "").lower() in _CHROME_ROLES:
         return True
-    names = (el.get("class") or "").lower().split() + (el.get("id") or "").lower().split()
+    names = (el.get("class") or "").lower().split()
+    if not _id_is_own_heading(el):
+        names += (el.get("id") or "").lower().split()
     if any(_CHROME_NAME.search(n) for n in names):
         return True
     text = " ".join(el.text_content().split()) if tag in ("a", "p", "div") else ""
     if tag == "a" and (_CHROME_LINK.match(text) or (text and not clean_heading(text))):
         return True  # "Show Source", "Edit on GitHub", and anchors that are only a pilcrow
+    if tag in ("p", "div") and len(text) < 120 and _only_navigation_links(el):
+        return True
     return tag in ("p", "div") and len(text) < 300 and bool(_COPYRIGHT.match(text))
+
+
+def _only_navigation_links(el: etree._Element) -> bool:
+    links = [" ".join(a.text_content().split()) for a in el.iter("a") if a.get("href")]
+    return bool(links) and all(_NAV_LINK.match(t) for t in links)
+
+
+def _slug(text: str) -> str:
+    return _SLUG_NOISE.sub("", text.lower())
+
+
+def _id_is_own_heading(el: etree._Element) -> bool:
+    """The element's id is the slug of its own heading (its text, or its first heading's).
+
+    Python-Markdown's toc (MkDocs), Sphinx, pandoc, Hugo and Docusaurus give every heading, or the
+    section around it, an id made from the heading's words, so "Search", "nav", "edit_uri" or
+    "min_search_length" are content there, not the names of a search box or a navigation bar (MkDocs'
+    configuration page lost those sections to the chrome names). A chrome container's id is never the
+    slug of a heading it holds ("searchbox" around "Quick search", "sidebar" around "Contents")."""
+    ident = el.get("id")
+    if not ident:
+        return False
+    tag = el.tag if isinstance(el.tag, str) else ""
+    heading = el if tag in _HEADINGS else next(el.iter(*_HEADINGS), None)
+    return heading is not None and _slug(ident) == _slug(heading.text_content()) != ""
 
 
 def _in_heading(el: etree._Element) -> bool:
@@ -83,8 +129,9 @@ def _drop_chrome(region: etree._Element) -> None:
         if el is region or el.getparent() is None or not _is_chrome(el):
             continue
         # a heading's text is never chrome, whatever wraps it (Sphinx's <a class="toc-backref">): inside
-        # a heading only a permalink anchor (a pilcrow, no words) goes
-        if _in_heading(el) and clean_heading(el.text_content()):
+        # a heading only a permalink anchor goes, one with no letter or digit (a pilcrow, "#", an icon
+        # font's glyph)
+        if _in_heading(el) and _WORD.search(clean_heading(el.text_content())):
             continue
         el.drop_tree()  # keeps the element's tail text (it belongs to the parent)
 
@@ -136,6 +183,8 @@ class _TextWriter:
         if tag and tag not in _HIDDEN:
             if tag in _HEADINGS:
                 self._heading(_HEADINGS[tag], el.text_content())
+            elif self._is_page_title(el):
+                self._heading(0, el.text_content())  # above every h1 that follows
             elif tag == "pre":
                 self._break(2)
                 # one code block = one paragraph: blank lines inside it must not look like paragraph
@@ -151,10 +200,21 @@ class _TextWriter:
         if tail:
             self._inline(el.tail)
 
+    def _is_page_title(self, el: etree._Element) -> bool:
+        """A block classed as a title, first in the content, before any heading and holding none.
+
+        Only the first text of the page counts: asciidoc's and DocBook's "title" blocks name examples,
+        tables and figures inside sections, and a title class further down is not the page's."""
+        if self.length or self.stack or self.sections:
+            return False
+        if not any(_TITLE_CLASS.search(c) for c in (el.get("class") or "").lower().split()):
+            return False
+        return next(el.iter(*_HEADINGS), None) is None and 0 < len(clean_heading(el.text_content())) <= 200
+
     def _heading(self, level: int, raw: str) -> None:
         self._break(2)
         self._close_section()
-        title = clean_heading(raw)
+        title = clean_heading(_ICON_GLYPHS.sub("", raw))
         while self.stack and self.stack[-1][0] >= level:
             self.stack.pop()
         if title:
