@@ -186,9 +186,12 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @click.option("--threads", type=int, help="CPU threads.  [env HEXRAG_THREADS]")
 @click.option("--max-queue", type=int, help="Requests allowed to wait for the accelerator.  [env HEXRAG_MAX_QUEUE]")
 @click.option("--passage-kv/--no-passage-kv", default=None,
-              help="Keep each passage's KV rows (in the KB directory, per LLM build) and place them into later "
-                   "prompts instead of prefilling the passage again: a shorter wait for the first words, the "
-                   "same answers (docs/benchmarks.md).  [env HEXRAG_PASSAGE_KV]")
+              help="Keep each passage's KV rows (in the KB directory, per LLM build, the least recently used "
+                   "going beyond the budget) and place them into later prompts instead of prefilling the passage "
+                   "again: a shorter wait for the first words, the same answers (docs/benchmarks.md). Default: on "
+                   "wherever the LLM's cache takes them.  [env HEXRAG_PASSAGE_KV]")
+@click.option("--passage-kv-max-mb", type=click.IntRange(min=1),
+              help="Disk budget of the kept rows (default 2048).  [env HEXRAG_PASSAGE_KV_MAX_MB]")
 @_friendly
 def serve(**options) -> None:
     """Start the OpenAI-compatible chat server (models load in the background; /health says when ready)."""

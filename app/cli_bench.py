@@ -261,7 +261,9 @@ def _gate(report: dict, base: dict, baseline: Path, accuracy: float, speed: floa
 @dir_options("llm", "embedder", "kb")
 @click.option("--backend", type=click.Choice(["cpu", "htp"]), help="Inference backend.  [env HEXRAG_BACKEND]")
 @click.option("--voice", is_flag=True, help="Grade the voice-mode answers.")
-@click.option("--passage-kv", is_flag=True, help="Place the passages' kept KV rows instead of prefilling them.")
+@click.option("--passage-kv/--no-passage-kv", default=None,
+              help="Place the passages' kept KV rows instead of prefilling them (default: as the server does, "
+                   "wherever the LLM's cache takes them).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Also write the JSON result here.")
 @_json
 @_friendly

@@ -167,11 +167,14 @@ def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
              llm="The LLM the server answers with [env HEXRAG_LLM; default: the one quickstart built].")
 @click.option("--voice/--no-voice", default=True, show_default=True,
               help="Also for voice answers (their instructions differ, so their rows do too).")
+@click.option("--max-mb", type=click.IntRange(min=1), default=2048, show_default=True,
+              help="Disk budget: beyond it the least recently used rows go (the server keeps to its own, "
+                   "--passage-kv-max-mb).")
 @_friendly
-def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
-    """Compute and keep every passage's KV rows for `serve --passage-kv` (one prefill of each chunk):
-    the first question about any entry then waits only for its own tokens. Rows are kept per LLM
-    build under the KB directory; a KB changed later computes the new passages on first use."""
+def kb_passage_kv(kb_dir, llm_dir, voice, max_mb) -> None:
+    """Compute and keep every passage's KV rows ahead (one prefill of each chunk), which the server
+    otherwise keeps on first use: the first question about any entry then waits only for its own
+    tokens. Rows are kept per LLM build under the KB directory."""
     from app.answer.passage_kv import PASSAGE_KV_DIR, PassageKV, prepare
     from app.settings import RuntimeSettings
     from models.home import llm_dir as default_llm_dir
@@ -179,7 +182,7 @@ def kb_passage_kv(kb_dir, llm_dir, voice) -> None:
 
     llm = LLM(llm_dir or default_llm_dir(), RuntimeSettings().runtime("cpu"))
     with _open(kb_dir, embedder=False) as base:
-        store = PassageKV(llm, base.dir / PASSAGE_KV_DIR)
+        store = PassageKV(llm, base.dir / PASSAGE_KV_DIR, disk_bytes=max_mb << 20)
         for spoken in ([False, True] if voice else [False]):
             computed, kept = prepare(base, store, voice=spoken)
             click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, {kept} already kept")

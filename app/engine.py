@@ -23,7 +23,7 @@ class Engine:
     llm: LLM
     embedder: Embedder | None  # None: no knowledge base (a plain chat)
     kb: KnowledgeBase | None
-    passage_kv: PassageKV | None  # kept KV rows: the instructions', with settings.passage_kv the passages' too
+    passage_kv: PassageKV | None  # kept KV rows: the instructions', and the passages' (settings.passage_kv)
 
     @classmethod
     def load(cls, settings: Settings, rag: bool = True) -> Engine:
@@ -32,7 +32,9 @@ class Engine:
         if rag:
             embedder = Embedder(settings.embedder, settings.runtime())
             kb = KnowledgeBase.open(settings.kb, embedder)
-        passage_kv = kept_rows(llm, kb.dir if kb is not None else None, passages=rag and settings.passage_kv)
+        mb = settings.passage_kv_max_mb
+        passage_kv = kept_rows(llm, kb.dir if kb is not None else None, passages=settings.passage_kv if rag else False,
+                               disk_bytes=mb << 20 if mb is not None else None)
         return cls(settings, llm, embedder, kb, passage_kv)
 
     def knowledge(self) -> KnowledgeBase | None:

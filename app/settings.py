@@ -80,8 +80,10 @@ class Settings(RuntimeSettings, IngestSettings):
     docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
 
     # keep each passage's KV rows (under the KB directory, per LLM build) and place them into later
-    # prompts instead of prefilling the passage again (app/answer/passage_kv.py)
-    passage_kv: bool = False
+    # prompts instead of prefilling the passage again (app/answer/passage_kv.py); None: wherever the
+    # LLM's cache can take placed rows (not a quantized KV cache), with RAG on
+    passage_kv: bool | None = None
+    passage_kv_max_mb: int | None = Field(default=None, ge=1)  # None: passage_kv.DISK_BYTES; least recently used go
     # prompt lookup (runtime/lookup.py) for greedy answers: voice answers only (the measured default:
     # as accurate, the first sentence sooner), every answer, or none (docs/benchmarks.md)
     prompt_lookup: Literal["voice", "all", "off"] = "voice"

@@ -97,6 +97,31 @@ def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
     assert damaged.computed == 1 and PassageKV(llm, tmp_path / "kv").rows(PREFIX, PASSAGE).tokens == PASSAGE
 
 
+def test_kept_rows_stay_within_their_disk_budget_least_recently_used_first(tiny_builds, tmp_path):
+    import os
+    import time
+
+    from app.answer.passage_kv import PassageKV
+
+    llm = LLM(tiny_builds["llama"])
+    first = PassageKV(llm, tmp_path / "kv")
+    first.rows(PREFIX, PASSAGE)
+    size = next((tmp_path / "kv").rglob("*.npz")).stat().st_size
+    store = PassageKV(llm, tmp_path / "kv", disk_bytes=int(2.5 * size))
+    store.rows(FILLER, PASSAGE)
+    time.sleep(0.05)  # mtimes apart
+    assert PassageKV(llm, tmp_path / "kv").rows(PREFIX, PASSAGE).tokens == PASSAGE  # read from disk: used now
+    store.rows(TAIL, PASSAGE)  # a third file: one must go, the least recently used (FILLER's)
+    files = list((tmp_path / "kv").rglob("*.npz"))
+    assert len(files) == 2 and sum(os.path.getsize(f) for f in files) <= 2.5 * size
+    reader = PassageKV(llm, tmp_path / "kv")
+    reader.rows(PREFIX, PASSAGE)
+    reader.rows(TAIL, PASSAGE)
+    assert reader.loaded == 2 and reader.computed == 0
+    reader.rows(FILLER, PASSAGE)
+    assert reader.computed == 1  # evicted: computed again
+
+
 @pytest.mark.slow
 def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sample_kb, tmp_path):
     """SmolLM2 on the sample KB: an answer keeps its passages' rows under the KB; a later question
@@ -110,7 +135,7 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     from app.settings import Settings
 
     kb = shutil.copytree(sample_kb, tmp_path / "kb")
-    assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb, passage_kv=True))
+    assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb))  # on by default
     first = assistant.answer("What is the roadside assistance phone number?")
     # computed on first use (a prefill of the passage alone), then placed like any kept rows
     assert first.timings["placed_tokens"] > 0 and assistant.passage_kv.computed >= 1
@@ -142,7 +167,7 @@ def test_answers_place_the_instructions_rows_without_passage_kv(smollm_build, mi
     from app.settings import Settings
 
     kb = shutil.copytree(sample_kb, tmp_path / "kb")
-    assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb))
+    assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb, passage_kv=False))
     one_question = with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile))
     instructions = passage_prompt(assistant.llm, one_question, [])
     question = "What is the roadside assistance phone number?"

@@ -191,6 +191,7 @@ def test_w8a16_runs_on_cpu_with_uint16_cache_and_agrees_with_float(w8, tiny_buil
     with pytest.raises(RuntimeModelError, match="needs a float cache"):
         kept_rows(llm, tmp_path, passages=True)
     assert kept_rows(llm, tmp_path, passages=False) is None
+    assert kept_rows(llm, tmp_path) is None  # the default: passage KV where the cache takes it, so none here
 
 
 def test_runtime_refuses_a_graph_with_its_own_kv_encoding(w8, tmp_path):

@@ -30,6 +30,9 @@ from runtime.llm import LLM
 
 PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
 MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
+# on disk, the rows least recently used go first beyond this: for the 1.5B (~6 MB a passage) the
+# first passages of ~350 questions, a head unit's share of flash
+DISK_BYTES = 2 << 30
 
 
 def _one_question(profile: AnswerProfile, voice: bool) -> list[dict]:
@@ -41,11 +44,11 @@ class PassageKV:
     """The kept rows of one LLM's instructions and, with `passages`, of the passages answers show first."""
 
     def __init__(self, llm: LLM, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES,
-                 passages: bool = True):
+                 passages: bool = True, disk_bytes: int = DISK_BYTES):
         llm.decoder.check_placeable()  # refused at start-up, never in the middle of an answer
         self.llm, self.passages = llm, passages
         self.dir = Path(directory) if directory is not None else None
-        self.memory_bytes = memory_bytes
+        self.memory_bytes, self.disk_bytes = memory_bytes, disk_bytes
         self._memory: OrderedDict[str, KVRows] = OrderedDict()
         self._lock = threading.Lock()
         self.computed = self.loaded = self.hits = 0  # where rows came from, for reports
@@ -93,6 +96,10 @@ class PassageKV:
                 values = [f[f"v{i}"] for i in range(layers)]
         except (OSError, ValueError, KeyError):  # a damaged file is a miss; the next save replaces it
             return None
+        try:
+            os.utime(path)  # used now: the last to be evicted
+        except OSError:  # evicted by another process meanwhile: the rows are read already
+            pass
         return KVRows(list(ids), start, keys, values)
 
     def _save(self, key: str, rows: KVRows) -> None:
@@ -108,17 +115,41 @@ class PassageKV:
         with os.fdopen(fd, "wb") as out:
             np.savez(out, layers=np.int64(len(rows.keys)), **arrays)
         os.replace(tmp, path)
+        self._evict(keep=path)
+
+    def _evict(self, keep: Path) -> None:
+        """Remove the least recently used rows (by modification time: saved or loaded) until the
+        directory is within `disk_bytes`; never the rows just saved. Another process may remove a
+        file first, or read one being removed: either is a miss, recomputed."""
+        files = []
+        for f in self.dir.glob("*/*.npz"):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, f))
+        total = sum(size for _, size, _ in files)
+        for _, size, f in sorted(files):
+            if total <= self.disk_bytes:
+                break
+            if f != keep:
+                f.unlink(missing_ok=True)
+                total -= size
 
 
-def kept_rows(llm: LLM, kb_dir: Path | None, passages: bool) -> PassageKV | None:
+def kept_rows(llm: LLM, kb_dir: Path | None, passages: bool | None = None,
+              disk_bytes: int | None = None) -> PassageKV | None:
     """What an answer places instead of prefilling. Always the instructions' rows, kept in memory
     (about 130 tokens, 7 MB for the 1.5B): a new conversation, or one after an answer in the other
-    style, then prefills only its question and passages. With `passages` (opt-in: ~6 MB on disk a
-    passage) every first passage's rows too, kept under the KB. None for a quantized KV cache, which
-    kept rows cannot go into; asking for passages there is refused."""
-    if not passages and not llm.decoder.placeable:
+    style, then prefills only its question and passages. With `passages` (None: wherever the cache
+    can take them) every first passage's rows too, kept under the KB (~6 MB a passage for the 1.5B,
+    at most `disk_bytes`, DISK_BYTES by default). None for a quantized KV cache, which kept rows
+    cannot go into; asking for passages there is refused."""
+    if not llm.decoder.placeable and not passages:
         return None
-    return PassageKV(llm, kb_dir / PASSAGE_KV_DIR if passages and kb_dir is not None else None, passages=passages)
+    passages = llm.decoder.placeable if passages is None else passages
+    return PassageKV(llm, kb_dir / PASSAGE_KV_DIR if passages and kb_dir is not None else None, passages=passages,
+                     disk_bytes=DISK_BYTES if disk_bytes is None else disk_bytes)
 
 
 def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[int, int]:
