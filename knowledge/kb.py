@@ -23,7 +23,7 @@ from knowledge.errors import (EmbedderMismatchError, EmbedderRequiredError, Know
 from knowledge.fusion import reciprocal_rank_fusion
 from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import MAX_FILE_BYTES, IngestReport, place_vectors, run_ingest
-from knowledge.lexical import search_bm25
+from knowledge.lexical import Lexical
 from knowledge.profile import META_KEY as PROFILE_KEY
 from knowledge.profile import AnswerProfile
 from knowledge.paths import default_kb_dir
@@ -60,6 +60,7 @@ class KnowledgeBase:
         self._max_tokens, self._overlap = max_tokens, overlap
         self._chunker: Chunker | None = None
         self._vectors = SyncedIndex(store, kb_dir / self.INDEX_FILE)
+        self._lexical = Lexical(store)  # BM25 from the posting lists this process has read
         # the answerability threshold search() applies when given min_score=None (calibrated for
         # all-MiniLM-L6-v2; set another after `hexrag eval retrieval` with another embedder)
         self.default_min_score: float = DEFAULT_MIN_SCORE
@@ -249,6 +250,7 @@ class KnowledgeBase:
             if reembed:
                 self._reembed(progress)
             self.store.rebuild_fts()
+            self._lexical = Lexical(self.store)  # read the rebuilt indexes afresh
             if self.model_id is not None:
                 self._vectors.rebuild()
             return self.stats()
@@ -450,7 +452,7 @@ class KnowledgeBase:
             lexical, bm25_score = [], {}
             place_score: dict[tuple, float] = {}
             if mode in ("bm25", "hybrid"):
-                lexical, bm25_score = self._by_section(lambda n: search_bm25(self.store, query, n, doc_ids), want,
+                lexical, bm25_score = self._by_section(lambda n: self._lexical.search(query, n, doc_ids), want,
                                                        records)
             if mode == "dense":
                 ranked = dense

@@ -1,7 +1,8 @@
 """BM25 over the FTS5 indexes, routed by the query's script.
 
-- Latin-script queries go to the word index (unicode61 + Porter stemming): OR of the content words.
-  If nothing matches (a word glued to CJK text, "OTA更新", is no unicode61 token), the trigram
+- Latin-script queries go to the word index (unicode61 + Porter stemming): OR of the content words,
+  ranked as FTS5's bm25() ranks them (knowledge/postings.py computes the same scores from the
+  posting lists, ~10x faster). If nothing matches (a word glued to CJK text, "OTA更新", is no unicode61 token), the trigram
   index is asked for the words as substrings.
 - Queries with CJK characters: Chinese words are mostly two characters, which neither unicode61
   (it sees a whole CJK run as one token) nor trigram MATCH can look up. The query's CJK runs are
@@ -16,7 +17,8 @@ from __future__ import annotations
 import math
 import re
 
-from knowledge.store import Store
+from knowledge.postings import HEADING_WEIGHT, K1, B, Lengths, Postings, Term, fts5_idf
+from knowledge.store import FTS_TABLES, Store
 
 # Han, kana, CJK punctuation-free ranges; Hangul is spaced text and suits the word index
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -35,8 +37,6 @@ whom why will with won would you your yours
 # not the answer to every how-long question ("软件升级安装要多长时间？" found it before the update entry)
 _CJK_STOP_GRAMS = frozenset("什么 怎么 如何 为什 么会 哪些 可以 是否 我的 我们 一个 这个 那个 "
                             "多长 长时 多久 多少 要多 得多 多大 多远 多快".split())
-K1, B = 1.2, 0.75
-HEADING_WEIGHT = 2.0  # a query word in the heading path says more than one in the body
 SCAN_LIMIT = 10_000  # up to this many chunks CJK queries are scored exactly by a scan (~50 ms at 10k)
 CANDIDATES = 2_000  # above it: trigram-index candidates re-scored with bigram BM25
 
@@ -134,16 +134,29 @@ def _cjk_search(store: Store, query: str, limit: int, document_ids) -> list[tupl
     return _ngram_bm25(grams, [(cid, h, t) for cid, _, h, t in lowered], total, avg_len, df)[:limit]
 
 
-def search_bm25(store: Store, query: str, limit: int, document_ids: list[int] | None = None) -> list[tuple[int, float]]:
-    """(chunk id, BM25 score) best first; higher is better."""
-    if has_cjk(query):
-        return _cjk_search(store, query, limit, document_ids)
-    terms = word_terms(query)
-    if not terms:
-        return []
-    hits = _fts_search(store, "chunks_fts", " OR ".join(_quote(t) for t in terms), limit, document_ids)
-    if not hits:  # a word glued to CJK text ("OTA更新") is no unicode61 token, but is a substring
-        long_terms = [t for t in terms if len(t) >= 3]
-        if long_terms:
-            hits = _fts_search(store, "chunks_fts_cjk", " OR ".join(_quote(t) for t in long_terms), limit, document_ids)
-    return hits
+class Lexical:
+    """One process's BM25 search of a KB; it keeps the posting lists it has read (postings.py)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.words = Postings(store, "chunks_fts", FTS_TABLES["chunks_fts"],
+                              Lengths("chunks_fts_docsize", "sz", docsize=True), fts5_idf)
+
+    def search(self, query: str, limit: int, document_ids: list[int] | None = None) -> list[tuple[int, float]]:
+        """(chunk id, BM25 score) best first; higher is better."""
+        if has_cjk(query):
+            return _cjk_search(self.store, query, limit, document_ids)
+        terms = word_terms(query)
+        if not terms:
+            return []
+        tokens = self.words.tokens(terms)
+        if all(len(t) == 1 for t in tokens):
+            hits = self.words.search([Term(t[0]) for t in tokens], limit, document_ids)
+        else:  # a word FTS5 reads as a phrase of several tokens ("wi_fi"): FTS5 ranks the query itself
+            hits = _fts_search(self.store, "chunks_fts", " OR ".join(_quote(t) for t in terms), limit, document_ids)
+        if not hits:  # a word glued to CJK text ("OTA更新") is no unicode61 token, but is a substring
+            long_terms = [t for t in terms if len(t) >= 3]
+            if long_terms:
+                hits = _fts_search(self.store, "chunks_fts_cjk", " OR ".join(_quote(t) for t in long_terms), limit,
+                                   document_ids)
+        return hits
