@@ -29,7 +29,7 @@ from knowledge.profile import AnswerProfile
 from knowledge.paths import default_kb_dir
 from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, PLACE_WEIGHT, SCORE_KINDS,
                                  Hit, by_section, section_key)
-from knowledge.store import FTS_TABLES, ChunkRecord, DocumentRecord, Store
+from knowledge.store import BIGRAM_TABLE, FTS_TABLES, ChunkRecord, DocumentRecord, Store
 
 if TYPE_CHECKING:
     from runtime.embedder import Embedder
@@ -311,10 +311,11 @@ class KnowledgeBase:
                 dim = self.dim
                 if n := q("SELECT count(*) FROM embeddings WHERE length(vector) != ?", dim * 4):
                     problems.append(f"{n} vectors are not {dim}-dimensional")
-            for table in FTS_TABLES:
+            indexed = [(table, chunk_ids) for table in FTS_TABLES] + [(BIGRAM_TABLE, self.store.bigram_chunk_ids())]
+            for table, wanted in indexed:
                 fts_ids = self.store.fts_ids(table)
-                if not np.array_equal(fts_ids, chunk_ids):
-                    problems.append(f"{table} indexes {len(fts_ids)} rows, chunks has {len(chunk_ids)}")
+                if not np.array_equal(fts_ids, wanted):
+                    problems.append(f"{table} indexes {len(fts_ids)} rows, chunks has {len(wanted)}")
                 elif err := self.store.fts_integrity(table):
                     problems.append(f"{table} integrity check failed: {err}")
             if len(embedded):
