@@ -6,7 +6,8 @@ same posting lists takes 2.5 ms. Pruning inside SQLite (MaxScore: rank the chunk
 words, prove no other chunk can reach the top) stayed exact but took 16 / 72 ms p50 / p99, because
 the bound 2.2 × idf is loose and mid-frequency words had to be ranked row by row anyway. Here the
 posting lists of the words queried are read from FTS5's own index (fts5vocab), so terms and
-frequencies are FTS5's, and scored with numpy: the same scores, ~0.7 / 5 ms warm.
+frequencies are FTS5's, and scored with numpy: the same scores, the ranking alone ~0.7 / 5 ms p50 /
+p99 once the lists are read (a whole KnowledgeBase.search: docs/benchmarks.md, lexical search latency).
 
 SQLite stays the source of truth and this copy follows it the way the vector index does
 (knowledge/index_sync.py): when the KB generation changes, chunks with rowids above the high-water
@@ -59,8 +60,9 @@ class Lengths:
 
 @dataclass
 class _Postings:
-    ids: np.ndarray  # chunk ids, ascending
-    tf: np.ndarray  # weighted frequency: HEADING_WEIGHT per heading occurrence, 1 per text one
+    """8 bytes a (term, chunk) pair: the word index of the 100k-chunk bench KB holds 2.0M, 16 MB."""
+    ids: np.ndarray  # chunk ids (int32), ascending
+    tf: np.ndarray  # weighted frequency (float32, whole numbers): HEADING_WEIGHT a heading occurrence, 1 a text one
     high_water: int  # highest chunk id read
 
 
@@ -82,7 +84,7 @@ def _by_chunk(ids: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndar
         order = np.argsort(ids, kind="stable")
         ids, weights = ids[order], weights[order]
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-    return ids[starts], np.add.reduceat(weights, starts)
+    return ids[starts].astype(np.int32), np.add.reduceat(weights, starts).astype(np.float32)
 
 
 class Postings:
@@ -155,7 +157,7 @@ class Postings:
 
     def _postings(self, term: Term) -> _Postings:
         """The term's postings up to the high-water mark, read from FTS5 as far as not read before."""
-        entry = self._terms.get(term) or _Postings(np.zeros(0, np.int64), np.zeros(0), 0)
+        entry = self._terms.get(term) or _Postings(np.zeros(0, np.int32), np.zeros(0, np.float32), 0)
         if entry.high_water < self.high_water:
             if term.prefix:
                 where, args = "term >= ? AND term < ?", [term.text, term.text + "\U0010ffff"]
@@ -192,7 +194,8 @@ class Postings:
                 entry.ids, entry.tf, slots = entry.ids[keep], entry.tf[keep], slots[keep]
             if len(slots):
                 idf = self.idf(len(slots), n)
-                scores += np.bincount(slots, idf * entry.tf * (K1 + 1) / (entry.tf + self._norm[slots]), minlength=n)
+                tf = entry.tf.astype(np.float64)  # (float32 times a Python float stays float32)
+                scores += np.bincount(slots, idf * tf * (K1 + 1) / (tf + self._norm[slots]), minlength=n)
         if document_ids is not None:
             ids = self.store.chunk_ids_of(document_ids)
             slots = self._slot[ids[ids <= self.high_water]]
