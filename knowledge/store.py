@@ -1,9 +1,10 @@
-"""The SQLite source of truth: documents, chunks, their embeddings and two FTS5 indexes.
+"""The SQLite source of truth: documents, chunks, their embeddings and three FTS5 indexes.
 
 One integer id everywhere: a chunk's rowid is its FAISS id and its FTS5 rowid. AUTOINCREMENT
 keeps rowids from ever being reused, so an index that still holds a deleted chunk's id can never
-mistake it for a new chunk. The FTS5 tables are external-content tables kept in sync by triggers,
-so BM25 cannot drift from the chunks; every document is written in one transaction.
+mistake it for a new chunk. The FTS5 tables are kept in sync by triggers (the word and trigram
+indexes read the chunks as external content; the bigram index is contentless), so BM25 cannot
+drift from the chunks; every document is written in one transaction.
 
 Every transaction that adds or removes vectors also bumps `meta.generation`: a process holding a
 vector index in memory compares one number to learn whether another process changed the KB."""
@@ -179,18 +180,25 @@ class Store:
             raise KnowledgeBaseCorruptError(f"{path} is not a usable knowledge base ({e})") from None
 
     def _init_schema(self) -> None:
-        version = self.get_meta("schema_version") if self.db["meta"].exists() else None
-        if version is not None and int(version) not in (1, SCHEMA_VERSION):
-            raise KnowledgeBaseCorruptError(
-                f"{self.path} has KB schema {version}; this hexrag reads {SCHEMA_VERSION}: re-ingest into a new KB")
-        with self.db.atomic():
+        current = str(SCHEMA_VERSION)
+        # a schema change takes the write lock before it reads the version: of two processes opening a
+        # schema-1 KB, one fills its bigram index and the other finds it filled (not filled twice: a
+        # contentless FTS5 table does not refuse a rowid it already holds)
+        with self.db.atomic() if self._schema_version() == current else self._writing():
+            version = self._schema_version()
+            if version is not None and int(version) not in (1, SCHEMA_VERSION):
+                raise KnowledgeBaseCorruptError(
+                    f"{self.path} has KB schema {version}; this hexrag reads {SCHEMA_VERSION}: re-ingest into a new KB")
             for statement in _split_sql(_SCHEMA + "".join(_fts_sql(t, tok) for t, tok in FTS_TABLES.items())
                                         + _BIGRAM_SQL):
                 self.db.execute(statement)
             if version == "1":  # its chunks were written before the bigram index
                 self._fill_bigrams()
-            if version != str(SCHEMA_VERSION):
-                self._set_meta("schema_version", str(SCHEMA_VERSION))
+            if version != current:
+                self._set_meta("schema_version", current)
+
+    def _schema_version(self) -> str | None:
+        return self.get_meta("schema_version") if self.db["meta"].exists() else None
 
     def close(self) -> None:
         self.db.close()
