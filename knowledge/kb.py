@@ -293,7 +293,7 @@ class KnowledgeBase:
                 "index_bytes": size(self.index_path)}
 
     def check(self) -> CheckReport:
-        """Consistency of SQLite (documents, chunks, embeddings), both FTS indexes and the vector index."""
+        """Consistency of SQLite (documents, chunks, embeddings), the three FTS indexes and the vector index."""
         with self._lock:
             self._vectors.save()
             problems = []
