@@ -9,7 +9,7 @@ from pathlib import Path
 
 from build_scripts.plan import BuildPlan, EmbedderShape, LLMShape, build_model, parse_quant
 from knowledge import AnswerProfile, KnowledgeBase
-from knowledge.lexical import cjk_share
+from knowledge.cjk import cjk_share
 from knowledge.loaders import is_supported, load_document
 from knowledge.sample_kb import sample_kb
 from models import home

@@ -23,13 +23,13 @@ from knowledge.errors import (EmbedderMismatchError, EmbedderRequiredError, Know
 from knowledge.fusion import reciprocal_rank_fusion
 from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import MAX_FILE_BYTES, IngestReport, place_vectors, run_ingest
-from knowledge.lexical import search_bm25
+from knowledge.lexical import Lexical
 from knowledge.profile import META_KEY as PROFILE_KEY
 from knowledge.profile import AnswerProfile
 from knowledge.paths import default_kb_dir
 from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, PLACE_WEIGHT, SCORE_KINDS,
                                  Hit, by_section, section_key)
-from knowledge.store import FTS_TABLES, ChunkRecord, DocumentRecord, Store
+from knowledge.store import BIGRAM_TABLE, FTS_TABLES, ChunkRecord, DocumentRecord, Store
 
 if TYPE_CHECKING:
     from runtime.embedder import Embedder
@@ -60,6 +60,7 @@ class KnowledgeBase:
         self._max_tokens, self._overlap = max_tokens, overlap
         self._chunker: Chunker | None = None
         self._vectors = SyncedIndex(store, kb_dir / self.INDEX_FILE)
+        self._lexical = Lexical(store)  # BM25 from the posting lists this process has read
         # the answerability threshold search() applies when given min_score=None (calibrated for
         # all-MiniLM-L6-v2; set another after `hexrag eval retrieval` with another embedder)
         self.default_min_score: float = DEFAULT_MIN_SCORE
@@ -249,6 +250,7 @@ class KnowledgeBase:
             if reembed:
                 self._reembed(progress)
             self.store.rebuild_fts()
+            self._lexical = Lexical(self.store)  # read the rebuilt indexes afresh
             if self.model_id is not None:
                 self._vectors.rebuild()
             return self.stats()
@@ -291,7 +293,7 @@ class KnowledgeBase:
                 "index_bytes": size(self.index_path)}
 
     def check(self) -> CheckReport:
-        """Consistency of SQLite (documents, chunks, embeddings), both FTS indexes and the vector index."""
+        """Consistency of SQLite (documents, chunks, embeddings), the three FTS indexes and the vector index."""
         with self._lock:
             self._vectors.save()
             problems = []
@@ -309,10 +311,11 @@ class KnowledgeBase:
                 dim = self.dim
                 if n := q("SELECT count(*) FROM embeddings WHERE length(vector) != ?", dim * 4):
                     problems.append(f"{n} vectors are not {dim}-dimensional")
-            for table in FTS_TABLES:
+            indexed = [(table, chunk_ids) for table in FTS_TABLES] + [(BIGRAM_TABLE, self.store.bigram_chunk_ids())]
+            for table, wanted in indexed:
                 fts_ids = self.store.fts_ids(table)
-                if not np.array_equal(fts_ids, chunk_ids):
-                    problems.append(f"{table} indexes {len(fts_ids)} rows, chunks has {len(chunk_ids)}")
+                if not np.array_equal(fts_ids, wanted):
+                    problems.append(f"{table} indexes {len(fts_ids)} rows, chunks has {len(wanted)}")
                 elif err := self.store.fts_integrity(table):
                     problems.append(f"{table} integrity check failed: {err}")
             if len(embedded):
@@ -444,7 +447,7 @@ class KnowledgeBase:
             lexical, bm25_score = [], {}
             place_score: dict[tuple, float] = {}
             if mode in ("bm25", "hybrid"):
-                lexical, bm25_score = self._by_section(lambda n: search_bm25(self.store, query, n, doc_ids), want,
+                lexical, bm25_score = self._by_section(lambda n: self._lexical.search(query, n, doc_ids), want,
                                                        records)
             if mode == "dense":
                 ranked = dense

@@ -1,9 +1,10 @@
-"""The SQLite source of truth: documents, chunks, their embeddings and two FTS5 indexes.
+"""The SQLite source of truth: documents, chunks, their embeddings and three FTS5 indexes.
 
 One integer id everywhere: a chunk's rowid is its FAISS id and its FTS5 rowid. AUTOINCREMENT
 keeps rowids from ever being reused, so an index that still holds a deleted chunk's id can never
-mistake it for a new chunk. The FTS5 tables are external-content tables kept in sync by triggers,
-so BM25 cannot drift from the chunks; every document is written in one transaction.
+mistake it for a new chunk. The FTS5 tables are kept in sync by triggers (the word and trigram
+indexes read the chunks as external content; the bigram index is contentless), so BM25 cannot
+drift from the chunks; every document is written in one transaction.
 
 Every transaction that adds or removes vectors also bumps `meta.generation`: a process holding a
 vector index in memory compares one number to learn whether another process changed the KB."""
@@ -23,11 +24,15 @@ import numpy as np
 import sqlite_utils
 
 from knowledge.chunking import Chunk
+from knowledge.cjk import bigram_text, has_cjk
 from knowledge.errors import KnowledgeBaseCorruptError
 
-SCHEMA_VERSION = 1
+# 2: the bigram index (a KB of schema 1 gets it when it is opened)
+SCHEMA_VERSION = 2
 FTS_TABLES = {"chunks_fts": "porter unicode61 remove_diacritics 2",  # words: English stemming, accents folded
               "chunks_fts_cjk": "trigram"}  # substrings: Chinese / Japanese text has no spaces
+# Chinese / Japanese bigrams (knowledge/cjk.py) of the chunks with CJK text: what Chinese BM25 ranks by
+BIGRAM_TABLE, BIGRAM_TOKENIZER = "chunks_fts_bigram", "unicode61 remove_diacritics 2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -89,6 +94,31 @@ END;
 """
 
 
+# Contentless: the bigram text is made by hexrag_bigram_text, which Store registers on its connection
+# (a connection without it cannot change chunks: it fails, it does not drift). Deleting a row means
+# giving FTS5 the tokens it was indexed with, so bigram_text may only change with SCHEMA_VERSION.
+_BIGRAM_ROW = "hexrag_has_cjk({row}.heading || ' ' || {row}.text)"
+_BIGRAM_SQL = f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS {BIGRAM_TABLE} USING fts5(
+    heading, text, content='', tokenize='{BIGRAM_TOKENIZER}');
+CREATE TRIGGER IF NOT EXISTS {BIGRAM_TABLE}_ai AFTER INSERT ON chunks WHEN {_BIGRAM_ROW.format(row="new")} BEGIN
+    INSERT INTO {BIGRAM_TABLE}(rowid, heading, text)
+    VALUES (new.id, hexrag_bigram_text(new.heading), hexrag_bigram_text(new.text));
+END;
+CREATE TRIGGER IF NOT EXISTS {BIGRAM_TABLE}_ad AFTER DELETE ON chunks WHEN {_BIGRAM_ROW.format(row="old")} BEGIN
+    INSERT INTO {BIGRAM_TABLE}({BIGRAM_TABLE}, rowid, heading, text)
+    VALUES ('delete', old.id, hexrag_bigram_text(old.heading), hexrag_bigram_text(old.text));
+END;
+CREATE TRIGGER IF NOT EXISTS {BIGRAM_TABLE}_au AFTER UPDATE ON chunks BEGIN
+    INSERT INTO {BIGRAM_TABLE}({BIGRAM_TABLE}, rowid, heading, text)
+    SELECT 'delete', old.id, hexrag_bigram_text(old.heading), hexrag_bigram_text(old.text)
+    WHERE {_BIGRAM_ROW.format(row="old")};
+    INSERT INTO {BIGRAM_TABLE}(rowid, heading, text)
+    SELECT new.id, hexrag_bigram_text(new.heading), hexrag_bigram_text(new.text) WHERE {_BIGRAM_ROW.format(row="new")};
+END;
+"""
+
+
 @dataclass
 class DocumentRecord:
     id: int
@@ -139,6 +169,8 @@ class Store:
         try:
             # one connection shared by the threads of a server: KnowledgeBase serialises access with its lock
             self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
+            self.db.conn.create_function("hexrag_has_cjk", 1, has_cjk, deterministic=True)
+            self.db.conn.create_function("hexrag_bigram_text", 1, bigram_text, deterministic=True)
             self.db.execute("PRAGMA busy_timeout = 10000")
             self.db.enable_wal()
             # WAL + NORMAL survives a killed process with every committed transaction intact
@@ -148,15 +180,25 @@ class Store:
             raise KnowledgeBaseCorruptError(f"{path} is not a usable knowledge base ({e})") from None
 
     def _init_schema(self) -> None:
-        version = self.get_meta("schema_version") if self.db["meta"].exists() else None
-        if version is not None and int(version) != SCHEMA_VERSION:
-            raise KnowledgeBaseCorruptError(
-                f"{self.path} has KB schema {version}; this hexrag reads {SCHEMA_VERSION}: re-ingest into a new KB")
-        with self.db.atomic():
-            for statement in _split_sql(_SCHEMA + "".join(_fts_sql(t, tok) for t, tok in FTS_TABLES.items())):
+        current = str(SCHEMA_VERSION)
+        # a schema change takes the write lock before it reads the version: of two processes opening a
+        # schema-1 KB, one fills its bigram index and the other finds it filled (not filled twice: a
+        # contentless FTS5 table does not refuse a rowid it already holds)
+        with self.db.atomic() if self._schema_version() == current else self._writing():
+            version = self._schema_version()
+            if version is not None and int(version) not in (1, SCHEMA_VERSION):
+                raise KnowledgeBaseCorruptError(
+                    f"{self.path} has KB schema {version}; this hexrag reads {SCHEMA_VERSION}: re-ingest into a new KB")
+            for statement in _split_sql(_SCHEMA + "".join(_fts_sql(t, tok) for t, tok in FTS_TABLES.items())
+                                        + _BIGRAM_SQL):
                 self.db.execute(statement)
-            if version is None:
-                self._set_meta("schema_version", str(SCHEMA_VERSION))
+            if version == "1":  # its chunks were written before the bigram index
+                self._fill_bigrams()
+            if version != current:
+                self._set_meta("schema_version", current)
+
+    def _schema_version(self) -> str | None:
+        return self.get_meta("schema_version") if self.db["meta"].exists() else None
 
     def close(self) -> None:
         self.db.close()
@@ -397,6 +439,17 @@ class Store:
         with self.db.atomic():
             for table in FTS_TABLES:
                 self.db.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+            self.db.execute(f"INSERT INTO {BIGRAM_TABLE}({BIGRAM_TABLE}) VALUES ('delete-all')")
+            self._fill_bigrams()
+
+    def _fill_bigrams(self) -> None:
+        self.db.execute(f"INSERT INTO {BIGRAM_TABLE}(rowid, heading, text) SELECT id, hexrag_bigram_text(heading), "
+                        f"hexrag_bigram_text(text) FROM chunks WHERE {_BIGRAM_ROW.format(row='chunks')} ORDER BY id")
+
+    def bigram_chunk_ids(self) -> np.ndarray:
+        """The chunks the bigram index should hold: those with CJK text."""
+        return np.array([r[0] for r in self.db.execute(
+            f"SELECT id FROM chunks WHERE {_BIGRAM_ROW.format(row='chunks')} ORDER BY id")], np.int64)
 
     def counts(self) -> dict[str, int]:
         return _counts(self.db.conn)

@@ -143,23 +143,21 @@ def test_search_reads_one_commit_while_another_process_deletes(tmp_path, tiny_bu
     """A delete that another writer commits between a search's FTS query and its reads of the chunks
     (a server searching while `hexrag kb delete` or an ingest runs) does not break the search: it
     answers from the commit it started on, and the next search sees the delete."""
-    import knowledge.kb as kb_module
-
     docs, kb_dir = tmp_path / "docs", tmp_path / "kb"
     embedder = Embedder(tiny_builds["bert"])
     with KnowledgeBase.open(kb_dir, embedder) as writer, KnowledgeBase.open(kb_dir, embedder) as reader:
         for name in TEXTS:
             writer.ingest(write(docs, name), progress=False)
-        bm25 = kb_module.search_bm25
+        bm25 = reader._lexical.search
         deleted = []
 
-        def racing(store, *args):
-            hits = bm25(store, *args)
-            if store is reader.store and not deleted:
+        def racing(*args):
+            hits = bm25(*args)
+            if not deleted:
                 deleted.append(writer.delete("tyres.md"))
             return hits
 
-        monkeypatch.setattr(kb_module, "search_bm25", racing)
+        monkeypatch.setattr(reader._lexical, "search", racing)
         assert reader.search("winter tyres tread depth", k=4, mode="bm25")[0].name == "tyres.md"
         assert deleted
         assert "tyres.md" not in [h.name for h in reader.search("winter tyres tread depth", k=4, mode="bm25")]
