@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.answer.passage_kv import PASSAGE_KV_DIR
 from build_scripts.build import build_llm
 from runtime.decoder import Decoder
 from runtime.llm import LLM
@@ -134,7 +135,8 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     from app.assistant import Assistant
     from app.settings import Settings
 
-    kb = shutil.copytree(sample_kb, tmp_path / "kb")
+    # without the rows other tests' answers kept in the shared sample KB (passage KV is on by default)
+    kb = shutil.copytree(sample_kb, tmp_path / "kb", ignore=shutil.ignore_patterns(PASSAGE_KV_DIR))
     assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb))  # on by default
     first = assistant.answer("What is the roadside assistance phone number?")
     # computed on first use (a prefill of the passage alone), then placed like any kept rows
@@ -166,7 +168,7 @@ def test_answers_place_the_instructions_rows_without_passage_kv(smollm_build, mi
     from app.assistant import Assistant
     from app.settings import Settings
 
-    kb = shutil.copytree(sample_kb, tmp_path / "kb")
+    kb = shutil.copytree(sample_kb, tmp_path / "kb", ignore=shutil.ignore_patterns(PASSAGE_KV_DIR))
     assistant = Assistant(Settings(llm=smollm_build, embedder=minilm_build, kb=kb, passage_kv=False))
     one_question = with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile))
     instructions = passage_prompt(assistant.llm, one_question, [])
