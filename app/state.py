@@ -42,6 +42,7 @@ class AppState:
                 log.warning("%s was built before prompt lookup: its answers decode a token per step "
                             "(rebuild it with `hexrag build llm` for sooner voice answers)", s.llm)
             clear_staging(engine.kb.dir)
+            engine.kb.warm()
             if engine.passage_kv is not None:
                 engine.passage_kv.warm(engine.kb.profile)
             self.engine = engine

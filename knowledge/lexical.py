@@ -65,6 +65,11 @@ class Lexical:
                               Lengths("chunks_fts_docsize", "sz", docsize=True), fts5_idf)
         self.bigrams = Postings(store, BIGRAM_TABLE, BIGRAM_TOKENIZER, Lengths("chunks", "length(text)"), lucene_idf)
 
+    def warm(self) -> None:
+        """What every first search would read (both indexes' chunk lengths), read now."""
+        self.words.warm()
+        self.bigrams.warm()
+
     def search(self, query: str, limit: int, document_ids: list[int] | None = None) -> list[tuple[int, float]]:
         """(chunk id, BM25 score) best first; higher is better."""
         if has_cjk(query):

@@ -176,6 +176,11 @@ class Postings:
             self._terms[term] = entry
         return entry
 
+    def warm(self) -> None:
+        """Read every chunk's length now (40-80 ms at 100k chunks), which a first search would."""
+        self._temp_tables()
+        self._sync()
+
     # ---- ranking
     def search(self, terms: list[Term], limit: int, document_ids: list[int] | None = None) -> list[tuple[int, float]]:
         """(chunk id, BM25 score) best first, ties by id; each term counts once per occurrence in

@@ -113,6 +113,20 @@ def test_follows_writes_of_this_and_other_connections(store, tmp_path):
     other.close()
 
 
+def test_warmed_indexes_read_no_lengths_at_the_first_search(store):
+    """A server warms its KB at start-up: the first search then reads only its words' postings, and
+    ranks as a cold one does."""
+    warmed, cold = Lexical(store), Lexical(store)
+    warmed.warm()
+    reads = []
+    store.db.conn.set_trace_callback(reads.append)
+    ranked = warmed.search(f"{RARE} brake", 10)
+    store.db.conn.set_trace_callback(None)
+    lengths = [r for r in reads if r.startswith("SELECT id, ")]  # Postings._sync's read of every chunk's length
+    assert not lengths
+    assert ranked == cold.search(f"{RARE} brake", 10) and ranked
+
+
 # ---- Chinese: BM25 over character bigrams from the bigram index
 HANZI = "充电桩快慢胎压灯亮导航屏幕升级座椅加热雨刮空调车门钥匙"
 
