@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowledge import index as vindex
-from knowledge.store import FTS_TABLES
+from knowledge.cjk import has_cjk
+from knowledge.store import BIGRAM_TABLE, FTS_TABLES
 
 DB_FILE, INDEX_FILE = "kb.sqlite", "index.faiss"  # KnowledgeBase's layout
 
@@ -21,6 +22,8 @@ class DiskState:
     chunks: int = 0
     embeddings: int = 0
     fts_rows: dict[str, int] = field(default_factory=dict)  # per FTS table: rows its index holds
+    cjk_chunks: int = 0  # chunks with CJK text: the rows the bigram index must hold
+    bigram_rows: int = 0  # rows the bigram index holds
     generation: int = 0  # the KB generation SQLite is at
     index_count: int | None = None  # vectors in index.faiss per its sidecar (None: no sidecar)
     index_generation: int | None = None  # the KB generation the saved index reflects
@@ -29,13 +32,15 @@ class DiskState:
 
     @property
     def agree(self) -> bool:
-        """SQLite's chunks, their vectors, both FTS indexes and the saved vector index hold the same count."""
+        """SQLite's chunks, their vectors, the FTS indexes and the saved vector index hold the same count,
+        and the bigram index one row for each chunk with CJK text."""
         return (self.index_error is None and self.chunks == self.embeddings == self.index_count
-                and all(n == self.chunks for n in self.fts_rows.values()))
+                and all(n == self.chunks for n in self.fts_rows.values()) and self.bigram_rows == self.cjk_chunks)
 
     def counts(self) -> str:
         fts = "/".join(str(n) for n in self.fts_rows.values())
-        return f"{self.chunks} chunks, {self.embeddings} vectors, FTS {fts}, index {self.index_count}"
+        return (f"{self.chunks} chunks, {self.embeddings} vectors, FTS {fts}, bigram {self.bigram_rows} of "
+                f"{self.cjk_chunks}, index {self.index_count}")
 
 
 def read_disk_state(kb_dir: Path, load_index: bool = True) -> DiskState:
@@ -51,6 +56,10 @@ def read_disk_state(kb_dir: Path, load_index: bool = True) -> DiskState:
                 state.documents, state.chunks = q("SELECT count(*) FROM documents"), q("SELECT count(*) FROM chunks")
                 state.embeddings = q("SELECT count(*) FROM embeddings")
                 state.fts_rows = {t: q(f"SELECT count(*) FROM {t}_docsize") for t in FTS_TABLES}
+                # which chunks the bigram index holds, decided as its triggers decide (store._BIGRAM_ROW)
+                con.create_function("has_cjk", 1, has_cjk, deterministic=True)
+                state.cjk_chunks = q("SELECT count(*) FROM chunks WHERE has_cjk(heading || ' ' || text)")
+                state.bigram_rows = q(f"SELECT count(*) FROM {BIGRAM_TABLE}_docsize")
                 state.generation = int(q("SELECT coalesce(max(value), 0) FROM meta WHERE key = 'generation'"))
         except sqlite3.OperationalError:  # schema not created yet, or busy
             pass

@@ -201,6 +201,18 @@ def test_chinese_ranking_follows_writes(chinese_store, tmp_path):
     other.close()
 
 
+def test_the_disk_check_counts_the_bigram_index(chinese_store, tmp_path):
+    """read_disk_state (the soak's and crash tests' outside view) sees a bigram index that lost rows."""
+    from knowledge.disk import read_disk_state
+
+    state = read_disk_state(tmp_path, load_index=False)
+    assert state.cjk_chunks == 180 and state.bigram_rows == 180 and state.chunks == 240  # every fourth is English
+    chinese_store.db.execute(f"INSERT INTO {BIGRAM_TABLE}({BIGRAM_TABLE}) VALUES ('delete-all')")
+    chinese_store.db.conn.commit()
+    state = read_disk_state(tmp_path, load_index=False)
+    assert state.bigram_rows == 0 and not state.agree and "bigram 0 of 180" in state.counts()
+
+
 def test_a_kb_of_schema_1_gets_the_bigram_index(tmp_path):
     """A KB written before the bigram index gets it filled when it is opened, whole and consistent."""
     store = Store(tmp_path / "kb.sqlite")
