@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowledge import index as vindex
-from knowledge.cjk import has_cjk
-from knowledge.store import BIGRAM_TABLE, FTS_TABLES
+from knowledge.store import BIGRAM_CHUNKS, BIGRAM_TABLE, FTS_TABLES, sql_functions
 
 DB_FILE, INDEX_FILE = "kb.sqlite", "index.faiss"  # KnowledgeBase's layout
 
@@ -56,9 +55,8 @@ def read_disk_state(kb_dir: Path, load_index: bool = True) -> DiskState:
                 state.documents, state.chunks = q("SELECT count(*) FROM documents"), q("SELECT count(*) FROM chunks")
                 state.embeddings = q("SELECT count(*) FROM embeddings")
                 state.fts_rows = {t: q(f"SELECT count(*) FROM {t}_docsize") for t in FTS_TABLES}
-                # which chunks the bigram index holds, decided as its triggers decide (store._BIGRAM_ROW)
-                con.create_function("has_cjk", 1, has_cjk, deterministic=True)
-                state.cjk_chunks = q("SELECT count(*) FROM chunks WHERE has_cjk(heading || ' ' || text)")
+                sql_functions(con)  # the chunks the bigram index holds, decided as its triggers decide
+                state.cjk_chunks = q(f"SELECT count(*) FROM chunks WHERE {BIGRAM_CHUNKS}")
                 state.bigram_rows = q(f"SELECT count(*) FROM {BIGRAM_TABLE}_docsize")
                 state.generation = int(q("SELECT coalesce(max(value), 0) FROM meta WHERE key = 'generation'"))
         except sqlite3.OperationalError:  # schema not created yet, or busy

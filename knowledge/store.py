@@ -98,6 +98,8 @@ END;
 # (a connection without it cannot change chunks: it fails, it does not drift). Deleting a row means
 # giving FTS5 the tokens it was indexed with, so bigram_text may only change with SCHEMA_VERSION.
 _BIGRAM_ROW = "hexrag_has_cjk({row}.heading || ' ' || {row}.text)"
+# the chunks the bigram index holds, as a WHERE clause over `chunks` (on a connection with sql_functions)
+BIGRAM_CHUNKS = _BIGRAM_ROW.format(row="chunks")
 _BIGRAM_SQL = f"""
 CREATE VIRTUAL TABLE IF NOT EXISTS {BIGRAM_TABLE} USING fts5(
     heading, text, content='', tokenize='{BIGRAM_TOKENIZER}');
@@ -162,6 +164,12 @@ def vector_blob(v: np.ndarray) -> bytes:
     return np.asarray(v, "<f4").tobytes()
 
 
+def sql_functions(conn: sqlite3.Connection) -> None:
+    """The functions the bigram index's triggers and BIGRAM_CHUNKS call, registered on a connection."""
+    conn.create_function("hexrag_has_cjk", 1, has_cjk, deterministic=True)
+    conn.create_function("hexrag_bigram_text", 1, bigram_text, deterministic=True)
+
+
 class Store:
     def __init__(self, path: Path):
         self.path = path
@@ -169,8 +177,7 @@ class Store:
         try:
             # one connection shared by the threads of a server: KnowledgeBase serialises access with its lock
             self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
-            self.db.conn.create_function("hexrag_has_cjk", 1, has_cjk, deterministic=True)
-            self.db.conn.create_function("hexrag_bigram_text", 1, bigram_text, deterministic=True)
+            sql_functions(self.db.conn)
             self.db.execute("PRAGMA busy_timeout = 10000")
             self.db.enable_wal()
             # WAL + NORMAL survives a killed process with every committed transaction intact
@@ -444,12 +451,12 @@ class Store:
 
     def _fill_bigrams(self) -> None:
         self.db.execute(f"INSERT INTO {BIGRAM_TABLE}(rowid, heading, text) SELECT id, hexrag_bigram_text(heading), "
-                        f"hexrag_bigram_text(text) FROM chunks WHERE {_BIGRAM_ROW.format(row='chunks')} ORDER BY id")
+                        f"hexrag_bigram_text(text) FROM chunks WHERE {BIGRAM_CHUNKS} ORDER BY id")
 
     def bigram_chunk_ids(self) -> np.ndarray:
         """The chunks the bigram index should hold: those with CJK text."""
         return np.array([r[0] for r in self.db.execute(
-            f"SELECT id FROM chunks WHERE {_BIGRAM_ROW.format(row='chunks')} ORDER BY id")], np.int64)
+            f"SELECT id FROM chunks WHERE {BIGRAM_CHUNKS} ORDER BY id")], np.int64)
 
     def counts(self) -> dict[str, int]:
         return _counts(self.db.conn)
