@@ -167,9 +167,9 @@ def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
              llm="The LLM the server answers with [env HEXRAG_LLM; default: the one quickstart built].")
 @click.option("--voice/--no-voice", default=True, show_default=True,
               help="Also for voice answers (their instructions differ, so their rows do too).")
-@click.option("--max-mb", type=click.IntRange(min=1), default=2048, show_default=True,
-              help="Disk budget: beyond it the least recently used rows go (the server keeps to its own, "
-                   "--passage-kv-max-mb).")
+@click.option("--max-mb", type=click.IntRange(min=1),
+              help="Disk budget (default 2048): beyond it the least recently used rows go (the server keeps to "
+                   "its own, --passage-kv-max-mb).")
 @_friendly
 def kb_passage_kv(kb_dir, llm_dir, voice, max_mb) -> None:
     """Compute and keep every passage's KV rows ahead (one prefill of each chunk), which the server
@@ -182,7 +182,7 @@ def kb_passage_kv(kb_dir, llm_dir, voice, max_mb) -> None:
 
     llm = LLM(llm_dir or default_llm_dir(), RuntimeSettings().runtime("cpu"))
     with _open(kb_dir, embedder=False) as base:
-        store = PassageKV(llm, base.dir / PASSAGE_KV_DIR, disk_bytes=max_mb << 20)
+        store = PassageKV(llm, base.dir / PASSAGE_KV_DIR, disk_bytes=max_mb << 20 if max_mb else None)
         for spoken in ([False, True] if voice else [False]):
             computed, kept = prepare(base, store, voice=spoken)
             click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, {kept} already kept")

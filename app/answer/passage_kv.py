@@ -44,11 +44,13 @@ class PassageKV:
     """The kept rows of one LLM's instructions and, with `passages`, of the passages answers show first."""
 
     def __init__(self, llm: LLM, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES,
-                 passages: bool = True, disk_bytes: int = DISK_BYTES):
+                 passages: bool = True, disk_bytes: int | None = None):
+        """`disk_bytes`: the rows kept on disk at most (None: DISK_BYTES)."""
         llm.decoder.check_placeable()  # refused at start-up, never in the middle of an answer
         self.llm, self.passages = llm, passages
         self.dir = Path(directory) if directory is not None else None
-        self.memory_bytes, self.disk_bytes = memory_bytes, disk_bytes
+        self.memory_bytes = memory_bytes
+        self.disk_bytes = DISK_BYTES if disk_bytes is None else disk_bytes
         self._memory: OrderedDict[str, KVRows] = OrderedDict()
         self._lock = threading.Lock()
         self.computed = self.loaded = self.hits = 0  # where rows came from, for reports
@@ -149,7 +151,7 @@ def kept_rows(llm: LLM, kb_dir: Path | None, passages: bool | None = None,
         return None
     passages = llm.decoder.placeable if passages is None else passages
     return PassageKV(llm, kb_dir / PASSAGE_KV_DIR if passages and kb_dir is not None else None, passages=passages,
-                     disk_bytes=DISK_BYTES if disk_bytes is None else disk_bytes)
+                     disk_bytes=disk_bytes)
 
 
 def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[int, int]:
