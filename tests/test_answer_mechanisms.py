@@ -44,6 +44,22 @@ def test_a_users_amount_is_held_against_the_passages_limit(question, passage, re
     assert _reply(question, passage) == reply
 
 
+DISK = ("A standard installation takes up 1242MB of disk space. A minimal base installation, without the desktop "
+        "task, will take 1012MB.")
+CHARGING = "Charging from 10 to 80 percent at a fast charger takes 30 minutes."
+
+
+@pytest.mark.parametrize("question, passage, reply", [
+    # what a thing takes, needs or uses is a minimum the user's amount must reach
+    ("I only have a 5 GB partition free. Would a minimal base installation fit?", DISK, "yes"),
+    ("I have 900 MB free. Would a minimal base installation fit?", DISK, "no"),
+    ("Is 20 minutes at the fast charger enough?", CHARGING, "no"),
+    ("Can I be done at the fast charger in 45 minutes?", CHARGING, "yes"),
+])
+def test_what_a_thing_takes_is_the_least_the_users_amount_must_be(question, passage, reply):
+    assert _reply(question, passage) == reply
+
+
 @pytest.mark.parametrize("question, passage", [
     ("My daughter is 140 cm and wants to sit without her booster. Is she allowed to?", BOOSTER),  # negated
     ("My son is 160 cm. Is he allowed in the front?", BOOSTER),  # "under 150 cm" is a condition, not a limit

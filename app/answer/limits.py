@@ -193,6 +193,10 @@ def _within(part: str) -> bool:
 _LIMIT_WORDS = re.compile(r"(?:\bup\s+to|\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bnot?\s+(?:\w+\s+){0,2}?\w+er\s+than"
                           r"|\bat\s+least|\bminimum\b|\bmin\b|不超过|不得超过|最多|最高|最大|以内|之内|至少|最低|最少|不低于|不少于)"
                           r"[^.,;:!?，。；：！？]*$", re.I)
+# what a thing takes, needs or uses ("a minimal installation will take 1012MB", "charging takes 30 minutes",
+# "需要 10GB"): a minimum the user's amount must reach, said right before the value
+_NEEDS = re.compile(r"(?:\b(?:takes?(?:\s+up)?|took|requires?|required|needs?|needed|uses?)|需要|占用|要求)"
+                    r"\s*(?:about|around|approximately|roughly|at\s+least|约|大约|至少)?\s*$", re.I)
 
 
 def judge_limit(question: str, passages: list[str]) -> Limit | None:
@@ -235,9 +239,11 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
     said, used = set(), set()
     for v in named or values:
         at = normalize(sentence).find(normalize(v.text))
-        if at < 0 or not _LIMIT_WORDS.search(normalize(sentence)[max(0, at - 40):at]):
+        before = normalize(sentence)[max(0, at - 40):at]
+        needed = bool(_NEEDS.search(before))
+        if at < 0 or not (needed or _LIMIT_WORDS.search(before)):
             continue
-        side = sides.get(_key(v), set()) - {None}
+        side = sides.get(_key(v), set()) - {None} or ({LOWER} if needed else set())
         if side in ({UPPER}, {LOWER}):
             said.add("yes" if (q.base() <= v.base() if side == {UPPER} else q.base() >= v.base()) else "no")
             used.add(v.base())
