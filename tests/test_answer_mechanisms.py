@@ -268,3 +268,11 @@ def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():
     text, grounding = _generate(_Says("Call `app.limit_uploads()`. It sets the size of uploads."),
                                 "How do I limit upload sizes?", UPLOADS)
     assert grounding.decision == "refused" and "don't know" in text
+
+
+def test_function_words_and_judging_words_name_no_topic():
+    from app.answer.plan import _topic_words
+    from app.answer.relevance import terms
+
+    assert terms("whenever it logs an error anywhere") == terms("it logs an error")
+    assert set(_topic_words("Is it fine to run the built-in server in production?")) == {"run", "built", "serve", "produ"}

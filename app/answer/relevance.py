@@ -30,7 +30,11 @@ here what which who whom whose when where why how can could should would will sh
 up down out off over under again then than so too very just also any all some much many more most other such
 only own same few each both get got gets go goes going make made let lets please tell know need want like
 i'm i've it's what's how's there's don't doesn't can't isn't won't aren't he's she's they're we're you're
-i'll he'll she'll we'll they'll you'll okay instead""".split())
+i'll he'll she'll we'll they'll you'll okay instead
+whenever wherever however whatever whichever whoever anywhere anything anyone anybody anyway somewhere something
+someone somebody sometimes everywhere everything everyone everybody nowhere nothing nobody always never ever still
+already even though although because while whilst unless whether either neither nor else every really maybe
+perhaps probably quite rather almost yet etc via""".split())
 # Chinese function words and question particles: no evidence of a topic
 _ZH_STOP = set("什么 怎么 怎样 多少 多久 多长 几个 哪个 哪里 为什么 是不是 可以 能不能 应该 需要 一下 时候 我的 这个 那个 "
                "的是 了吗 是多 么办 怎么办 吗 呢 吧 啊".split())
