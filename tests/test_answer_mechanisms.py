@@ -270,6 +270,16 @@ def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():
     assert grounding.decision == "refused" and "don't know" in text
 
 
+@pytest.mark.parametrize("word, forms", [
+    ("unreadable", ["readable", "read"]), ("misconfigured", ["configured"]), ("hopeless", ["hope"]),
+    ("install", []), ("under", []), ("字体", []),
+])
+def test_a_derived_english_word_is_known_by_the_word_it_comes_from(word, forms):
+    from app.answer.plan import base_forms
+
+    assert base_forms(word) == forms
+
+
 def test_function_words_and_judging_words_name_no_topic():
     from app.answer.plan import _topic_words
     from app.answer.relevance import terms

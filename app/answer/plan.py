@@ -277,8 +277,25 @@ def _topic_words(question: str, ignore: set[str] = frozenset()) -> dict[str, str
 
 def _places(kb, words: dict[str, str]) -> dict[str, int]:
     """How many places of the KB use each word (its lexical hits, up to _FEW): none for a word it lacks,
-    few for what a question is most specifically about (`_quotable`)."""
-    return {t: len(kb.search(word, k=_FEW, mode="bm25")) for t, word in words.items()}
+    few for what a question is most specifically about (`_quotable`). An English word the KB never
+    writes counts the places of the word it is derived from (`base_forms`): "unreadable" is named by a
+    KB that writes "read"."""
+    def count(word: str) -> int:
+        return len(kb.search(word, k=_FEW, mode="bm25"))
+
+    return {t: count(word) or next(filter(None, map(count, base_forms(word))), 0) for t, word in words.items()}
+
+
+# English derivation: a negative prefix and a suffix that makes a quality or a state of a word
+_NEGATIVE = re.compile(r"^(?:un|non|dis|mis)(?=[a-z]{4})")
+_DERIVED = re.compile(r"(?<=[a-z]{3})(?:ability|ibility|able|ible|ness|ment|ful|less)$")
+
+
+def base_forms(word: str) -> list[str]:
+    """The words an English word is derived from: "unreadable" -> "readable", "read"; "misconfigured" ->
+    "configured". Empty for a word with neither affix (and for Chinese)."""
+    form = _NEGATIVE.sub("", word.lower())
+    return [f for f in dict.fromkeys([form, _DERIVED.sub("", form)]) if f != word.lower()]
 
 
 def _unknown_words(words: dict[str, str], places: dict[str, int], passages: list[Passage]) -> dict[str, str]:
