@@ -286,3 +286,9 @@ def test_function_words_and_judging_words_name_no_topic():
 
     assert terms("whenever it logs an error anywhere") == terms("it logs an error")
     assert set(_topic_words("Is it fine to run the built-in server in production?")) == {"run", "built", "serve", "produ"}
+
+
+def test_an_identifiers_underscores_are_not_emphasis():
+    from app.answer.sentences import strip_markdown
+
+    assert strip_markdown("Set MAX_CONTENT_LENGTH, _not_ __this__.") == "Set MAX_CONTENT_LENGTH, not this."

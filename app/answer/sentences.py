@@ -96,7 +96,9 @@ def is_list_marker(sentence: str) -> bool:
 _MARKDOWN = [
     (re.compile(r"^\s{0,3}#{1,6}\s*(.*?)\s*$", re.M), r"\1."),  # a heading becomes a short sentence
     (re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M), ""),  # list markers
-    (re.compile(r"(\*\*|__|\*|_|`)(.+?)\1"), r"\2"),  # emphasis / code
+    (re.compile(r"(\*\*|\*|`)(.+?)\1"), r"\2"),  # emphasis / code
+    # underscores emphasise only at a word's edges: MAX_CONTENT_LENGTH is a name (CommonMark)
+    (re.compile(r"(?<!\w)(__|_)(.+?)\1(?!\w)"), r"\2"),
     (re.compile(r"\s*\n+\s*"), " "),
 ]
 
