@@ -235,6 +235,9 @@ def test_a_kb_without_a_profile_gets_no_car_wording(smollm_build, minilm_build, 
         plan = engine.plan(AnswerRequest.ask(question, voice=voice))
         prompt = engine.llm.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False)
         assert "780MB" in prompt and not _CAR_WORDS.search(prompt), prompt
+        # a question asking two things has the same instructions
+        two = engine.plan(AnswerRequest.ask(f"{question[:-1]}, and how much disk space?", voice=voice))
+        assert "using only the facts in the passages" in engine.llm.tokenizer.decode(two.prompt_ids)
         answer = "".join(engine.generation(plan))
         assert answer and not _CAR_WORDS.search(answer), answer
     engine.kb.set_profile(sample_kb().answer_profile())
@@ -268,6 +271,29 @@ def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():
     text, grounding = _generate(_Says("Call `app.limit_uploads()`. It sets the size of uploads."),
                                 "How do I limit upload sizes?", UPLOADS)
     assert grounding.decision == "refused" and "don't know" in text
+
+
+def test_a_part_asking_no_kind_of_value_gets_its_passage_sentence_when_the_answer_skips_it():
+    question = "Which config key caps the size of uploads, and what exception does Flask raise for a bigger file?"
+    asked = __import__("app.answer.question", fromlist=["parts"]).parts(question)
+    from app.answer.plan import _supplement
+
+    text, grounding = _generate(_Says("Set MAX_CONTENT_LENGTH to limit the size of uploads."), question, UPLOADS,
+                                supplement=_supplement(question, asked, [_passage(UPLOADS)], None))
+    assert text == ("Set MAX_CONTENT_LENGTH to limit the size of uploads. If a larger file is transmitted, Flask "
+                    "will raise a RequestEntityTooLarge exception."), text
+    # an answer that already names what the part asks about is left as it is
+    both = "Set MAX_CONTENT_LENGTH; a bigger upload makes Flask raise a RequestEntityTooLarge exception."
+    text, _ = _generate(_Says(both), question, UPLOADS,
+                        supplement=_supplement(question, asked, [_passage(UPLOADS)], None))
+    assert text == both
+
+
+def _passage(body: str):
+    from app.answer.passages import Passage
+    from knowledge.retrieval import Hit
+
+    return Passage.of(1, Hit(1, body, "docs.html", "docs.html", "Uploads", None, 0.6, {"dense": 0.6}))
 
 
 @pytest.mark.parametrize("word, forms", [

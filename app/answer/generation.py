@@ -23,8 +23,8 @@ from itertools import chain
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_quantity
 from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
-from app.answer.question import answers_kind, asks_quantity, on_topic, unit_of, wanted_units
-from app.answer.relevance import content_words
+from app.answer.question import answers_kind, asks_quantity, on_topic, topic, unit_of, wanted_units
+from app.answer.relevance import content_words, terms
 from app.answer.sentences import SentenceStream, ends_clause, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
 from app.answer.types import Grounding
@@ -371,7 +371,10 @@ def _covers(part: str, answer: str, sentence: str) -> bool:
     """Whether the answer already says what `sentence` adds for `part`: the kind of value the part
     asks for and, of the sentence's values of that kind, every one ("按一下加多少？按住不放又是加多少？"
     answered with the 1 km/h step alone lacks the 5 km/h one), unless it gave one the sentence does
-    not state (it answered the part from another sentence)."""
+    not state (it answered the part from another sentence). A part asking no kind of value is
+    covered when the answer names a word of the part that its sentence names."""
+    if answers_kind(part, ""):
+        return bool(topic(part) & terms(sentence) & terms(answer))
     if not answers_kind(part, answer):
         return False
     units = wanted_units(part)

@@ -21,7 +21,7 @@ from app.answer.facts import extract_facts, states_phone
 from app.answer.passages import Passage, confidence, confident, language, passage_prompt, select
 from app.answer.limits import Limit, comparison_note, judge_limit
 from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
-                                 meant, on_topic, parts)
+                                 meant, on_topic, parts, topic)
 from app.answer.relevance import Confidence, content_words, terms
 from app.answer.sentences import join_sentences, split_sentences, strip_markdown
 from app.answer.types import AnswerRequest, Citation
@@ -215,8 +215,9 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     if len(asked) > 1:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
         kinds = [part for part in asked if not answers_kind(part, "")]
-        if kinds and len(plan.supplement) == len(kinds) and not plan.missing_topic:
-            plan.part_quote = join_sentences(list(dict.fromkeys(s for _, s in plan.supplement)))
+        said = [s for part, s in plan.supplement if part in kinds]
+        if kinds and len(said) == len(kinds) and not plan.missing_topic:
+            plan.part_quote = join_sentences(list(dict.fromkeys(said)))
     # a yes-or-no question stating the user's own quantity: the numbers compared for the model and,
     # where the passages bound it, the reply they give
     if asks_yes_no_somewhere(question):
@@ -235,18 +236,30 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
 def _supplement(question: str, asked: list[str], passages: list[Passage], similarity) -> list[tuple[str, str]]:
     """For each part that asks for a kind of value (a number in km/h, a phone number, an amount),
     the best of the sentences that state one, from the first passage about the question that has
-    one. No gate on words the KB lacks here: these are said only after the model's own verified
-    answer drew on the passages."""
+    one; for a part that asks for none and no yes or no ("and what exception does it raise?"), the
+    best of those naming the words of the part that no other part uses (`_names_part`). No gate on
+    words the KB lacks here: these are said only after the model's own verified answer drew on the
+    passages."""
     out = []
     about = [p for p in passages if on_topic(question, f"{p.title}\n{p.body}")]
     for part in asked:
         if answers_kind(part, ""):
-            continue  # "does it ever give up on its own?": no way to tell whether an answer covers it
-        states = partial(answers_kind, part)
+            own = topic(part) - set().union(*(topic(other) for other in asked if other != part))
+            if not own or asks_yes_no_somewhere(part):  # "does it ever give up on its own?": its reply answers it
+                continue
+            states = partial(_names_part, own)
+        else:
+            states = partial(answers_kind, part)
         sentence = next((s for s in (best_sentence(part, p.body, similarity, keep=states) for p in about) if s), "")
         if sentence:
             out.append((part, strip_markdown(sentence).strip()))
     return out
+
+
+def _names_part(own: set[str], sentence: str) -> bool:
+    """Whether a passage sentence answers a part by its own words: two of them (all of one), and not as
+    a question of its own ("So how does it handle uploads?" asks, it does not answer)."""
+    return len(own & terms(sentence)) >= min(2, len(own)) and not sentence.rstrip().endswith(("?", "？"))
 
 
 def _answer_sized(kb, passage: Passage) -> bool:
