@@ -170,8 +170,10 @@ def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
 @click.option("--max-mb", type=click.IntRange(min=1),
               help="Disk budget (default 2048): beyond it the least recently used rows go (the server keeps to "
                    "its own, --passage-kv-max-mb).")
+@click.option("--precision", type=click.Choice(["float32", "float16", "int8"]), default="float16", show_default=True,
+              help="How rows are stored; the server uses the rows of its own --passage-kv-precision.")
 @_friendly
-def kb_passage_kv(kb_dir, llm_dir, voice, max_mb) -> None:
+def kb_passage_kv(kb_dir, llm_dir, voice, max_mb, precision) -> None:
     """Compute and keep every passage's KV rows ahead (one prefill of each chunk), which the server
     otherwise keeps on first use: the first question about any entry then waits only for its own
     tokens. Rows are kept per LLM build under the KB directory."""
@@ -182,7 +184,8 @@ def kb_passage_kv(kb_dir, llm_dir, voice, max_mb) -> None:
 
     llm = LLM(llm_dir or default_llm_dir(), RuntimeSettings().runtime("cpu"))
     with _open(kb_dir, embedder=False) as base:
-        store = PassageKV(llm, base.dir / PASSAGE_KV_DIR, disk_bytes=max_mb << 20 if max_mb else None)
+        store = PassageKV(llm, base.dir / PASSAGE_KV_DIR, disk_bytes=max_mb << 20 if max_mb else None,
+                          precision=precision)
         for spoken in ([False, True] if voice else [False]):
             computed, kept = prepare(base, store, voice=spoken)
             click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, {kept} already kept")

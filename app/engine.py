@@ -34,7 +34,8 @@ class Engine:
             kb = KnowledgeBase.open(settings.kb, embedder)
         mb = settings.passage_kv_max_mb
         passage_kv = kept_rows(llm, kb.dir if kb is not None else None, passages=settings.passage_kv if rag else False,
-                               disk_bytes=mb << 20 if mb is not None else None)
+                               disk_bytes=mb << 20 if mb is not None else None,
+                               precision=settings.passage_kv_precision)
         return cls(settings, llm, embedder, kb, passage_kv)
 
     def knowledge(self) -> KnowledgeBase | None:

@@ -6,9 +6,13 @@ Decoder.place re-rotates keys to where the rows land).
 A passage's rows are computed right after the instructions' system turn and the user turn's
 opening, so they are exactly what prefill makes for the first passage of a one-turn question; the
 answer layer places only that one (GroundedGeneration._placed says why), after the instructions'
-own rows. Rows are kept in memory and, with a directory, on disk as float32 .npz files (57 KB a
-token for the 1.5B, ~6 MB a passage) named by a hash of the model, the preceding tokens and the
-tokens themselves: another model or other instructions simply miss.
+own rows. Rows are kept in memory as float32 and, with a directory, on disk as .npz files named by a
+hash of the model, the stored precision, the preceding tokens and the tokens themselves: another
+model, precision or other instructions simply miss. On disk a row (one KV head's values for one
+token) of a passage is stored at `precision` (PRECISIONS): float32 as computed (57 KB a token for
+the 1.5B, ~6 MB a passage), float16, or int8 with a float32 scale per KV head and channel (absmax /
+127 over the passage's tokens; 14 KB a token, ~1.5 MB a passage); loaded rows are float32 again.
+The instructions' rows stay float32.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -29,9 +34,11 @@ from runtime.kv_cache import KVRows
 from runtime.llm import LLM
 
 PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
+Precision = Literal["float32", "float16", "int8"]
+PRECISIONS: tuple[Precision, ...] = ("float32", "float16", "int8")
 MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
-# on disk, the rows least recently used go first beyond this: for the 1.5B (~6 MB a passage) the
-# first passages of ~350 questions, a head unit's share of flash
+# on disk, the rows least recently used go first beyond this: for the 1.5B (~3 MB a passage at
+# float16) the first passages of ~700 questions, a head unit's share of flash
 DISK_BYTES = 2 << 30
 
 
@@ -44,10 +51,12 @@ class PassageKV:
     """The kept rows of one LLM's instructions and, with `passages`, of the passages answers show first."""
 
     def __init__(self, llm: LLM, directory: str | Path | None = None, memory_bytes: int = MEMORY_BYTES,
-                 passages: bool = True, disk_bytes: int | None = None):
-        """`disk_bytes`: the rows kept on disk at most (None: DISK_BYTES)."""
+                 passages: bool = True, disk_bytes: int | None = None, precision: Precision = "float32"):
+        """`disk_bytes`: the rows kept on disk at most (None: DISK_BYTES); `precision`: how they are stored."""
         llm.decoder.check_placeable()  # refused at start-up, never in the middle of an answer
-        self.llm, self.passages = llm, passages
+        if precision not in PRECISIONS:
+            raise ValueError(f"passage KV precision is one of {', '.join(PRECISIONS)}, not {precision!r}")
+        self.llm, self.passages, self.precision = llm, passages, precision
         self.dir = Path(directory) if directory is not None else None
         self.memory_bytes = memory_bytes
         self.disk_bytes = DISK_BYTES if disk_bytes is None else disk_bytes
@@ -57,7 +66,7 @@ class PassageKV:
 
     def rows(self, prefix: list[int], ids: list[int]) -> KVRows:
         """The rows of `ids` after `prefix`: from memory, else from disk, else computed (and kept)."""
-        key = hashlib.sha256(f"{self.llm.model_id}|{prefix}|{ids}".encode()).hexdigest()
+        key = hashlib.sha256(f"{self.llm.model_id}|{self.precision}|{prefix}|{ids}".encode()).hexdigest()
         with self._lock:
             if key in self._memory:
                 self._memory.move_to_end(key)
@@ -67,7 +76,8 @@ class PassageKV:
         if rows is None:
             rows = self.llm.kv_rows(prefix, ids)
             self.computed += 1
-            self._save(key, rows)
+            # what is placed is what a later load gives: the first answer is the same as every other
+            rows = self._save(key, rows)
         else:
             self.loaded += 1
         with self._lock:
@@ -94,8 +104,8 @@ class PassageKV:
         try:
             with np.load(path) as f:
                 layers = int(f["layers"])
-                keys = [f[f"k{i}"] for i in range(layers)]
-                values = [f[f"v{i}"] for i in range(layers)]
+                keys = [_unpack(f, f"k{i}") for i in range(layers)]
+                values = [_unpack(f, f"v{i}") for i in range(layers)]
         except (OSError, ValueError, KeyError):  # a damaged file is a miss; the next save replaces it
             return None
         try:
@@ -104,20 +114,29 @@ class PassageKV:
             pass
         return KVRows(list(ids), start, keys, values)
 
-    def _save(self, key: str, rows: KVRows) -> None:
+    def _save(self, key: str, rows: KVRows) -> KVRows:
+        """Keep rows on disk at the store's precision; returns them as a load will give them back
+        (without a directory, as computed)."""
         path = self._path(key)
         if path is None:
-            return
+            return rows
+        # the instructions' rows (from position 0: the first token, which every later one attends to
+        # most) are shared by every answer and few: kept exact
+        precision = "float32" if rows.start == 0 else self.precision
+        arrays = {}
+        for name, layers in (("k", rows.keys), ("v", rows.values)):
+            for i, a in enumerate(layers):
+                arrays |= _pack(a, precision, f"{name}{i}")
+        stored = KVRows(rows.tokens, rows.start, [_unpack(arrays, f"k{i}") for i in range(len(rows.keys))],
+                        [_unpack(arrays, f"v{i}") for i in range(len(rows.values))])
         path.parent.mkdir(parents=True, exist_ok=True)
-        # float32, as computed: rows rounded to float16 changed a greedy answer of the 1.5B (the
-        # baby-seat question of answer_questions.jsonl lost its steps); with float32 it is the same
-        arrays = {f"k{i}": k for i, k in enumerate(rows.keys)} | {f"v{i}": v for i, v in enumerate(rows.values)}
         # written whole, then renamed: a reader never sees half a file
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as out:
             np.savez(out, layers=np.int64(len(rows.keys)), **arrays)
         os.replace(tmp, path)
         self._evict(keep=path)
+        return stored
 
     def _evict(self, keep: Path) -> None:
         """Remove the least recently used rows (by modification time: saved or loaded) until the
@@ -139,19 +158,35 @@ class PassageKV:
                 total -= size
 
 
+def _pack(a: np.ndarray, precision: Precision, name: str) -> dict[str, np.ndarray]:
+    """One layer's keys or values [KV, n, d] as stored: int8 ones carry their scales as `name` + "s"."""
+    if precision != "int8":
+        return {name: a.astype(precision)}
+    # a scale per KV head and channel, over the passage's tokens: keys have outlier channels, and a
+    # scale per token spread over them gave the 1.5B's rows 2.8 times the error (1.24% against 0.45%)
+    scale = np.abs(a).max(axis=-2, keepdims=True).astype(np.float32) / 127
+    return {name: np.round(a / np.where(scale > 0, scale, 1)).astype(np.int8), name + "s": scale}
+
+
+def _unpack(arrays, name: str) -> np.ndarray:
+    """The float32 rows `_pack` stored under `name` (any precision: the file says which)."""
+    a = arrays[name]
+    return a.astype(np.float32) * arrays[name + "s"] if a.dtype == np.int8 else a.astype(np.float32)
+
+
 def kept_rows(llm: LLM, kb_dir: Path | None, passages: bool | None = None,
-              disk_bytes: int | None = None) -> PassageKV | None:
+              disk_bytes: int | None = None, precision: Precision = "float32") -> PassageKV | None:
     """What an answer places instead of prefilling. Always the instructions' rows, kept in memory
     (about 130 tokens, 7 MB for the 1.5B): a new conversation, or one after an answer in the other
     style, then prefills only its question and passages. With `passages` (None: wherever the cache
-    can take them) every first passage's rows too, kept under the KB (~6 MB a passage for the 1.5B,
-    at most `disk_bytes`, DISK_BYTES by default). None for a quantized KV cache, which kept rows
-    cannot go into; asking for passages there is refused."""
+    can take them) every first passage's rows too, kept under the KB (stored at `precision`: ~3 MB a
+    passage of the 1.5B at float16; at most `disk_bytes`, DISK_BYTES by default). None for a quantized KV
+    cache, which kept rows cannot go into; asking for passages there is refused."""
     if not llm.decoder.placeable and not passages:
         return None
     passages = llm.decoder.placeable if passages is None else passages
     return PassageKV(llm, kb_dir / PASSAGE_KV_DIR if passages and kb_dir is not None else None, passages=passages,
-                     disk_bytes=disk_bytes)
+                     disk_bytes=disk_bytes, precision=precision)
 
 
 def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[int, int]:
