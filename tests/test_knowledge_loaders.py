@@ -166,6 +166,25 @@ def test_html_doxygen_pages_take_the_title_block_as_their_top_heading():
             assert chrome not in text, (name.name, chrome)
 
 
+def test_html_asciidoc_manual_pages_keep_their_sections_and_option_lists():
+    pages = REALDOCS.parent / "asciidoc"
+    doc = load_document(pages / "git-clean.html")
+    assert doc.title == "git-clean(1)"
+    top = "git-clean(1) Manual Page"
+    assert [" > ".join(s.heading) for s in doc.sections] == [f"{top} > {h}" for h in (
+        "NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "Interactive mode", "CONFIGURATION", "SEE ALSO", "GIT")]
+    assert doc.text.startswith("git-clean - Remove untracked files from the working tree\n\n")
+    # a definition list's term stays the start of its own paragraph, before its description
+    assert "clean.requireForce\n\nA boolean to make git-clean do nothing unless given -f" in doc.text
+    bisect = {" > ".join(s.heading) for s in load_document(pages / "git-bisect.html").sections}
+    assert {"git-bisect(1) Manual Page > DESCRIPTION > Bisect skip",
+            "git-bisect(1) Manual Page > DESCRIPTION > Bisect run"} <= bisect
+    for name in sorted(pages.glob("*.html")):
+        page = load_document(name)
+        assert all(s.heading and s.heading[0].endswith("Manual Page") for s in page.sections), name.name
+        assert "Last updated" not in page.text, name.name
+
+
 def test_html_heading_ids_are_not_chrome_names(tmp_path):
     # Python-Markdown, Sphinx and pandoc give a heading (or its section) an id made of its words
     path = tmp_path / "config.html"
