@@ -250,10 +250,10 @@ def _min_score(value: str | None) -> float | None:
 @click.argument("query")
 @click.option("--k", "k", default=5, show_default=True, help="Number of results.")
 @click.option("--mode", type=click.Choice(["dense", "bm25", "hybrid"]), default="hybrid", show_default=True,
-              help="dense: cosine of embeddings; bm25: FTS5 BM25; hybrid: reciprocal rank fusion of both.")
+              help="dense: cosine of embeddings; bm25: FTS5 BM25; hybrid: both fused on their scores.")
 @click.option("--source", "sources", multiple=True, help="Only these documents (path, name or glob; repeatable).")
 @click.option("--min-score", help="Answerability threshold on the cosine similarity (-1..1), also in hybrid mode, "
-                                  "where it is compared with the best cosine and not with the printed RRF score "
+                                  "where it is compared with the best cosine and not with the printed fused score "
                                   "(default: the KB's calibrated one, 0.25 for all-MiniLM-L6-v2; 'none' disables "
                                   "it); in bm25 mode a BM25 score, no default.")
 @_kb
@@ -265,9 +265,9 @@ def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, backend, as
     """Search the KB; prints the best places (one chunk per section or FAQ entry) with their source and heading.
 
     The score printed (and `score` in --json, named by `score_kind`) is the mode's: dense the cosine
-    similarity (-1..1), bm25 the BM25 score (higher is better, unbounded), hybrid the reciprocal-rank-
-    fusion score (sum of weight/(60 + rank) over the chunk-embedding, BM25 and place rankings, weights
-    1, 1 and 0.3: at most 2.3/61 = 0.038; it orders results and is no similarity). `scores` in --json
+    similarity (-1..1), bm25 the BM25 score (higher is better, unbounded), hybrid the fused score (the
+    cosine plus 0.1 x the BM25 over the query's best and 0.2 x the place cosine: about -1..1.3).
+    `scores` in --json
     holds every signal known for a hit (dense, bm25, place: the cosine with the section's title, hybrid)."""
     threshold = _min_score(min_score)
     with _open(kb_dir, embedder_dir, backend, embedder=mode != "bm25") as base:

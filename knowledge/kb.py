@@ -20,14 +20,14 @@ from knowledge import index as vindex
 from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path, place_text
 from knowledge.errors import (EmbedderMismatchError, EmbedderRequiredError, KnowledgeBaseCorruptError,
                               UnknownDocumentError)
-from knowledge.fusion import reciprocal_rank_fusion
+from knowledge.fusion import fused_scores
 from knowledge.index_sync import SyncedIndex
 from knowledge.ingest import MAX_FILE_BYTES, IngestReport, place_vectors, run_ingest
 from knowledge.lexical import Lexical
 from knowledge.profile import META_KEY as PROFILE_KEY
 from knowledge.profile import AnswerProfile
 from knowledge.paths import default_kb_dir
-from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, PLACE_WEIGHT, SCORE_KINDS,
+from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, SCORE_KINDS,
                                  Hit, by_section, section_key)
 from knowledge.store import BIGRAM_TABLE, FTS_TABLES, ChunkRecord, DocumentRecord, Store
 
@@ -423,9 +423,9 @@ class KnowledgeBase:
         """The k best places for a query: one chunk per section (or FAQ entry), best first.
 
         mode: "dense" (cosine of embeddings), "bm25" (FTS5 BM25; needs no embedder) or "hybrid"
-        (reciprocal rank fusion of both; the dense ranking is left out when the embedder cannot
-        read the query, e.g. Chinese with an English-only model). Each hit's `score` is its mode's
-        (`score_kind`: cosine, bm25 or rrf) and `scores` holds every signal known for it.
+        (both fused on their scores with the place cosine, fusion.fused_scores; BM25 alone when the
+        embedder cannot read the query, e.g. Chinese with an English-only model). Each hit's `score`
+        is its mode's (`score_kind`: cosine, bm25 or fused) and `scores` holds every signal known for it.
         sources: document paths, names or glob patterns; document: one document id, path or name.
 
         min_score is an answerability threshold on the cosine similarity: dense drops hits below
@@ -461,21 +461,20 @@ class KnowledgeBase:
                 ranked = lexical
             else:
                 readable = self.unknown_share(query) <= MAX_UNKNOWN_SHARE
-                # fused by section: a section's place in each ranking is that of its best chunk, and the
-                # dense side's chunk speaks for it (fusion's ties go to the dense side as well)
+                # fused by section: the candidates of either ranking, each by its best chunk (the dense
+                # side's chunk speaks for it), scored on the signals themselves (fusion.fused_scores)
                 chunk_of = {section_key(records[i]): i for i, _ in lexical + dense}
-                rankings = [[section_key(records[i]) for i, _ in dense], [section_key(records[i]) for i, _ in lexical]]
-                weights = [1.0 if readable else 0.0, 1.0]
+                missing = np.array([i for i in chunk_of.values() if i not in dense_score], np.int64)
+                if len(missing):  # cosine of the BM25-only candidates
+                    dense_score.update(zip(missing.tolist(), (self.store.vectors(missing, self.dim) @ qvec).tolist()))
                 places = self.store.place_vectors(list(chunk_of.values()), self.dim) if readable else {}
                 if places and len(places) == len(chunk_of):  # a KB from before place vectors: without them
                     place_score = {key: float(places[cid] @ qvec) for key, cid in chunk_of.items()}
-                    rankings.append(sorted(place_score, key=place_score.__getitem__, reverse=True))
-                    weights.append(PLACE_WEIGHT)
-                fused = reciprocal_rank_fusion(rankings, weights)
+                best_bm25 = {section_key(records[i]): s for i, s in lexical}
+                order = [section_key(records[i]) for i, _ in dense + lexical]  # ties: the dense side's first
+                fused = fused_scores(dict.fromkeys(order), {key: dense_score[chunk_of[key]] for key in chunk_of},
+                                     best_bm25, place_score, readable)
                 ranked = [(chunk_of[key], score) for key, score in fused]
-                missing = np.array([i for i, _ in ranked[:k] if i not in dense_score], np.int64)
-                if len(missing):  # cosine of the BM25-only hits, for display and the gate
-                    dense_score.update(zip(missing.tolist(), (self.store.vectors(missing, self.dim) @ qvec).tolist()))
                 if min_score is not None and readable and (not dense or max(dense_score.values()) < min_score):
                     return []
             if min_score is not None and mode != "hybrid":

@@ -8,19 +8,12 @@ from knowledge.store import ChunkRecord
 
 MODES = ("dense", "bm25", "hybrid")
 # what Hit.score is in each mode: cosine similarity (-1..1, the scale of min_score), BM25 (higher is
-# better, unbounded) or the reciprocal-rank-fusion score (sum over the rankings of weight / (60 + rank):
-# at most 2.3/61 ~ 0.038, a rank and not a similarity)
-SCORE_KINDS = {"dense": "cosine", "bm25": "bm25", "hybrid": "rrf"}
+# better, unbounded) or the fused score (fusion.fused_scores: the cosine plus shares of the query's
+# relative BM25 and of the place cosine; about -1..1.3)
+SCORE_KINDS = {"dense": "cosine", "bm25": "bm25", "hybrid": "fused"}
 # candidates taken from each ranking before fusion; on the sample eval deeper lists only add
 # BM25 noise (hybrid recall@5 with depth 10/20/50/100: 0.96/0.96/0.95/0.95)
 FUSION_DEPTH = 20
-# weight of the third hybrid ranking: the candidate sections by the cosine of the question and the
-# section's place alone (chunking.place_text), next to 1 for the chunk embeddings and 1 for BM25.
-# A place is a few words, so it breaks ties between sibling sections rather than leading. Hybrid
-# R@1 by weight: Flask pages (realdocs) 0.80 at 0, 0.82 at 0.1, 0.84 at 0.2, 0.86 from 0.25 to 0.6,
-# 0.84 at 0.75; the sample KB's eval_questions 0.760 up to 0.4, 0.750 at 0.5-0.6, 0.740 at 0.75;
-# R@5 unchanged up to 0.75 (knowledge/samples/realdocs/README.md)
-PLACE_WEIGHT = 0.3
 # an embedder that maps more than this share of a query's tokens to its unknown token cannot read
 # the query (all-MiniLM-L6-v2 on Chinese: 40-90% [UNK]); its ranking is noise and hybrid drops it
 MAX_UNKNOWN_SHARE = 1 / 3
@@ -38,12 +31,12 @@ class Hit:
     name: str  # path relative to the ingested folder: short, for citations
     heading: str  # heading path "A > B > C" ("" when the text has no heading)
     entry_id: str | None  # FAQ entry id
-    score: float  # the mode's score: cosine (dense), BM25 (bm25), fused RRF (hybrid)
+    score: float  # the mode's score: cosine (dense), BM25 (bm25), fused (hybrid)
     scores: dict[str, float] = field(default_factory=dict)  # every signal known for this chunk: dense, bm25, place, hybrid
     start: int = 0  # character span of the chunk in the document's extracted text
     end: int = 0
     document_id: int = 0
-    score_kind: str = ""  # what `score` is: "cosine" | "bm25" | "rrf" (SCORE_KINDS)
+    score_kind: str = ""  # what `score` is: "cosine" | "bm25" | "fused" (SCORE_KINDS)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -266,7 +266,7 @@ def test_upload_search_list_delete(server, tmp_path):
     hits = httpx.post(server.url + "/v1/knowledge/search", json={"query": "wiper service mode", "k": 3}).json()
     assert hits["data"][0]["source"].endswith("wiper_notes.md")
     top = hits["data"][0]  # hybrid: a fusion score, with the cosine, BM25 and place signals beside it
-    assert top["score_kind"] == "rrf" and top["score"] == top["scores"]["hybrid"] <= 2.3 / 61 + 1e-9
+    assert top["score_kind"] == "fused" and top["score"] == top["scores"]["hybrid"] <= 1.3 + 1e-9
     assert -1 <= top["scores"]["dense"] <= 1 and top["scores"]["bm25"] > 0 and -1 <= top["scores"]["place"] <= 1
     sources = [d["source"] for d in httpx.get(server.url + "/v1/knowledge/documents").json()["data"]]
     source = next(s for s in sources if s.endswith("wiper_notes.md"))

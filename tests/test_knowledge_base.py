@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from knowledge import EmbedderMismatchError, KnowledgeBase, UnknownDocumentError
-from knowledge.retrieval import PLACE_WEIGHT
+from knowledge.fusion import BM25_SHARE, PLACE_SHARE
 from runtime.embedder import Embedder
 
 NO_GATE = -1.0  # random tiny-model cosines say nothing about answerability
@@ -64,6 +64,22 @@ def test_ingest_search_and_consistency(tmp_path, embedder):
         stats = kb.stats()
         assert stats["documents"] == 4 and stats["index_kind"] == "flat" and stats["dim"] == embedder.dim
 
+
+
+def test_hybrid_fusion_keeps_the_margins_of_its_signals():
+    from knowledge.fusion import fused_scores
+
+    # "a" leads the cosine by a hair, "b" leads BM25 by far: ranks called it a tie, the scores do not
+    ranked = fused_scores(dict.fromkeys("ab"), {"a": 0.61, "b": 0.60}, {"a": 2.0, "b": 10.0}, {}, readable=True)
+    assert [c for c, _ in ranked] == ["b", "a"]
+    # the place cosine separates siblings that the chunk cosine and BM25 score alike
+    ranked = fused_scores(dict.fromkeys("ab"), {"a": 0.5, "b": 0.5}, {"a": 3.0, "b": 3.0}, {"a": 0.1, "b": 0.4}, True)
+    assert [c for c, _ in ranked] == ["b", "a"]
+    # a query the embedder cannot read: BM25 alone; a candidate outside the lexical list scores 0 there
+    ranked = fused_scores(dict.fromkeys("abc"), {"a": 0.9, "b": 0.1, "c": 0.5}, {"b": 4.0, "a": 1.0}, {}, False)
+    assert [c for c, _ in ranked] == ["b", "a", "c"]
+    # equal scores keep the candidates' order (the dense side's first)
+    assert [c for c, _ in fused_scores(dict.fromkeys("xy"), {"x": 0.5, "y": 0.5}, {}, {}, True)] == ["x", "y"]
 
 def test_reingest_is_a_noop_update_replaces_delete_removes(tmp_path, embedder):
     docs = write_docs(tmp_path / "docs")
@@ -259,13 +275,17 @@ def test_hits_are_distinct_sections_and_say_what_their_score_is(tmp_path, embedd
         kb.ingest(tmp_path / "wipers.md", progress=False)
         blades = [c for c in kb.store.chunks(kb.store.chunk_ids().tolist()).values() if c.heading == "Wipers > Blades"]
         assert len(blades) >= 4  # the long section is several chunks, each matching "wiper" more often
-        for mode, kind in (("bm25", "bm25"), ("dense", "cosine"), ("hybrid", "rrf")):
+        for mode, kind in (("bm25", "bm25"), ("dense", "cosine"), ("hybrid", "fused")):
             hits = kb.search("wiper blades fluid", k=3, mode=mode, min_score=NO_GATE)
             assert sorted(h.heading for h in hits) == ["Wipers > Blades", "Wipers > Fluid", "Wipers > Service"], mode
             assert {h.score_kind for h in hits} == {kind} and hits[0].to_dict()["score_kind"] == kind
         hybrid = kb.search("wiper blades fluid", k=3, mode="hybrid", min_score=NO_GATE)
-        assert all(h.score == h.scores["hybrid"] <= (2 + PLACE_WEIGHT) / 61 + 1e-9 and -1 <= h.scores["dense"] <= 1
-                   for h in hybrid)
+        top = kb.search("wiper blades fluid", k=1, mode="bm25")[0].score
+        for h in hybrid:  # the cosine, plus shares of the relative BM25 and of the place cosine
+            assert h.score == h.scores["hybrid"] and -1 <= h.scores["dense"] <= 1
+            if h.heading != "Wipers > Blades":  # one chunk: its BM25 is its section's
+                assert h.score == pytest.approx(h.scores["dense"] + BM25_SHARE * h.scores["bm25"] / top
+                                                + PLACE_SHARE * h.scores["place"])
         # a hit's whole section: every paragraph of it, in order, and nothing of the next section
         blade_hit = next(h for h in hits if h.heading == "Wipers > Blades")
         assert kb.section_text(blade_hit) == long_section
@@ -343,7 +363,8 @@ def test_places_are_embedded_kept_and_ranked(tmp_path, embedder):
         db.execute("UPDATE documents SET chunker = 'v2:max=128:overlap=0.15'")
     with KnowledgeBase.open(kb_dir, embedder) as kb:
         hits = kb.search("lift off the pedal to stop", k=3, mode="hybrid", min_score=NO_GATE)
-        assert hits and all("place" not in h.scores and h.score <= 2 / 61 for h in hits)
+        # fused without them: the cosine and the relative BM25's share
+        assert hits and all("place" not in h.scores and h.score <= h.scores["dense"] + BM25_SHARE + 1e-9 for h in hits)
         again = kb.ingest(docs, progress=False)
         assert len(again.updated) == 3  # re-chunked: vectors of unchanged chunks reused, their places embedded
         assert _placeless(kb_dir) == 0

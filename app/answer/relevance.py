@@ -1,10 +1,10 @@
 """How well a passage matches the question: the answer layer's own ranking and its answerability signal.
 
-The KB's hybrid ranking fuses ranks (RRF), which is right for recall but often puts the best entry
-third among near-equal ones. For an answer only the first few passages matter, so they are re-ranked
-on scores: cosine plus a little BM25 where the embedder reads the question, BM25 alone where it
-cannot (Chinese with an English embedder). On knowledge/samples/eval_questions.jsonl this moves
-English recall@1 over FAQ entries from 0.69 (hybrid rank) to 0.80.
+The KB's hybrid ranking (knowledge/fusion.py) orders sections for any caller, the heading path's
+cosine included. For an answer only the first few passages matter, and they are re-ranked on the
+passage's own signals: cosine plus a little BM25 where the embedder reads the question, BM25 alone
+where it cannot (Chinese with an English embedder). On knowledge/samples/eval_questions.jsonl this
+moved English recall@1 over FAQ entries from 0.69 (the rank fusion hybrid search used then) to 0.80.
 
 Answerability adds what cosine cannot see: whether the question's own words occur in the passage.
 "How do I open the sunroof?" scores a cosine of 0.4 against the tyre entries, like answerable
