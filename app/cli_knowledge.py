@@ -267,8 +267,8 @@ def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, backend, as
     The score printed (and `score` in --json, named by `score_kind`) is the mode's: dense the cosine
     similarity (-1..1), bm25 the BM25 score (higher is better, unbounded), hybrid the fused score (the
     cosine plus 0.1 x the BM25 over the query's best and 0.2 x the place cosine: about -1..1.3).
-    `scores` in --json
-    holds every signal known for a hit (dense, bm25, place: the cosine with the section's title, hybrid)."""
+    `scores` in --json holds every signal known for a hit (dense, bm25, place: the cosine with the
+    section's title, hybrid)."""
     threshold = _min_score(min_score)
     with _open(kb_dir, embedder_dir, backend, embedder=mode != "bm25") as base:
         hits = base.search(query, k=k, mode=mode, sources=list(sources) or None, min_score=threshold)
