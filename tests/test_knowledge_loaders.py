@@ -174,8 +174,8 @@ def test_html_asciidoc_manual_pages_keep_their_sections_and_option_lists():
     assert [" > ".join(s.heading) for s in doc.sections] == [f"{top} > {h}" for h in (
         "NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "Interactive mode", "CONFIGURATION", "SEE ALSO", "GIT")]
     assert doc.text.startswith("git-clean - Remove untracked files from the working tree\n\n")
-    # a definition list's term stays the start of its own paragraph, before its description
-    assert "clean.requireForce\n\nA boolean to make git-clean do nothing unless given -f" in doc.text
+    # a definition list's term starts a paragraph, its description on the next line
+    assert "\n\nclean.requireForce\nA boolean to make git-clean do nothing unless given -f" in doc.text
     bisect = {" > ".join(s.heading) for s in load_document(pages / "git-bisect.html").sections}
     assert {"git-bisect(1) Manual Page > DESCRIPTION > Bisect skip",
             "git-bisect(1) Manual Page > DESCRIPTION > Bisect run"} <= bisect
@@ -183,6 +183,20 @@ def test_html_asciidoc_manual_pages_keep_their_sections_and_option_lists():
         page = load_document(name)
         assert all(s.heading and s.heading[0].endswith("Manual Page") for s in page.sections), name.name
         assert "Last updated" not in page.text, name.name
+
+
+def test_html_definition_list_entries_are_one_paragraph_each(tmp_path):
+    """A term and every paragraph of its description are one paragraph, where the chunker cuts first:
+    a chunk never starts at an entry's last paragraph ("Default: ...") and reads it as the next term's."""
+    path = tmp_path / "config.html"
+    path.write_text("<main><h1>Config</h1><dl><dt>LIFETIME</dt><dd><p>How long a session lasts.</p>"
+                    "<p>Default: <code>31 days</code></p></dd><dt>REFRESH</dt><dd><p>Send the cookie again.</p>"
+                    "<pre>REFRESH = True\n\nOTHER = 1</pre></dd></dl></main>")
+    assert load_document(path).text.rstrip() == ("LIFETIME\nHow long a session lasts.\nDefault: 31 days\n\n"
+                                                  "REFRESH\nSend the cookie again.\nREFRESH = True\nOTHER = 1")
+    config = load_document(REALDOCS / "config.html").text
+    assert "\n\nPERMANENT_SESSION_LIFETIME\nIf session.permanent is true" in config
+    assert not any(p.startswith("Default:") for p in config.split("\n\n"))
 
 
 def test_html_heading_ids_are_not_chrome_names(tmp_path):

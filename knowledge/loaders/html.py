@@ -145,6 +145,10 @@ class _TextWriter:
         self.stack: list[tuple[int, str]] = []
         self.sections: list[Section] = []
         self.section_start = 0
+        # inside a definition list's description: its paragraphs are one paragraph with its term, so a
+        # chunk never starts at an entry's last paragraph ("Default: 31 days") and reads it as the next
+        # term's; each term (dt) starts a paragraph
+        self.describing = 0
 
     def _emit(self, s: str) -> None:
         if not s:
@@ -161,7 +165,10 @@ class _TextWriter:
         self._emit(s)
 
     def _break(self, newlines: int) -> None:
-        """End the current line/paragraph (never at the start, never more than `newlines` in a row)."""
+        """End the current line/paragraph (never at the start, never more than `newlines` in a row; one
+        inside a definition's description)."""
+        if self.describing:
+            newlines = min(newlines, 1)
         if not newlines or not self.length:
             return
         if self.out[-1].endswith(" "):  # a line never ends in a space
@@ -192,10 +199,13 @@ class _TextWriter:
                 self._emit(_BLANK_LINES.sub("\n", el.text_content().strip("\n")).rstrip())
                 self._break(2)
             else:
-                self._break(2 if tag in _BLOCKS else 1 if tag in _LINE_BREAKS else 0)
+                # a term starts a paragraph; its description follows on the next line
+                self._break(2 if tag in _BLOCKS or tag == "dt" else 1 if tag in _LINE_BREAKS else 0)
+                self.describing += tag == "dd"
                 self._inline(el.text)
                 for child in el:
                     self.walk(child)
+                self.describing -= tag == "dd"
                 self._break(2 if tag in _BLOCKS else 1 if tag in _LINE_BREAKS else 0)
         if tail:
             self._inline(el.tail)
