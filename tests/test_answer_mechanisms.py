@@ -319,3 +319,31 @@ def test_an_identifiers_underscores_are_not_emphasis():
     from app.answer.sentences import strip_markdown
 
     assert strip_markdown("Set MAX_CONTENT_LENGTH, _not_ __this__.") == "Set MAX_CONTENT_LENGTH, not this."
+
+
+class _LexicalKB:
+    """A KB's lexical search over a few texts: the texts sharing a word with the query."""
+
+    def __init__(self, *texts: str):
+        self.texts = texts
+
+    def search(self, query: str, k: int, mode: str):
+        import re
+        from types import SimpleNamespace
+
+        words = {w.lower() for w in re.findall(r"[A-Za-z0-9]+", query)}
+        return [SimpleNamespace(text=t) for t in self.texts if words & {w.lower() for w in re.findall(r"[A-Za-z0-9]+", t)}][:k]
+
+
+def test_an_identifier_the_kb_never_writes_is_unnamed_and_no_number_may_be_said_of_it():
+    from app.answer.plan import _unknown_names
+
+    kb = _LexicalKB("PERMANENT_SESSION_LIFETIME: Default: timedelta(days=31) (2678400 seconds)",
+                    "Cross-Site Request Forgery (CSRF) tokens protect forms; the time limit is up to you.")
+    question = "What is the default WTF_CSRF_TIME_LIMIT for CSRF tokens?"
+    assert _unknown_names(kb, question) == {"wtf_csrf_time_limit": "WTF_CSRF_TIME_LIMIT"}
+    assert _unknown_names(kb, "What is the default PERMANENT_SESSION_LIFETIME?") == {}
+    verifier = Verifier([kb.texts[0]], question, unnamed={"wtf_csrf_time_limit"})
+    said = verifier.check("The default WTF_CSRF_TIME_LIMIT is 2678400 seconds.")
+    assert [f.text for f in said.unsupported] == ["2678400 seconds"]  # another key's default
+    assert verifier.check("PERMANENT_SESSION_LIFETIME defaults to 2678400 seconds.").ok  # not said of it

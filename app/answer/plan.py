@@ -18,6 +18,7 @@ from functools import partial
 
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
+from app.answer.identifiers import identifiers, stated
 from app.answer.passages import Passage, confidence, confident, language, passage_prompt, select
 from app.answer.limits import Limit, comparison_note, judge_limit
 from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
@@ -194,7 +195,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     words = content_words(question)
     topic = _topic_words(question, ignore)
     places = _places(kb, topic)
-    unknown = _unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, question)
+    unknown = _unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, question) | _unknown_names(kb, question)
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     plan.unnamed = set(unknown)
@@ -330,6 +331,17 @@ def _unknown_compounds(kb, question: str) -> dict[str, str]:
         hits = kb.search(spaced, k=_FEW, mode="bm25")
         if not any(written in h.text.lower() for h in hits for written in (compound, spaced)):
             out[compound] = compound
+    return out
+
+
+def _unknown_names(kb, question: str) -> dict[str, str]:
+    """The question's identifiers (config keys, calls, flags, paths: identifiers.py) the KB never writes,
+    looked up in the best lexical hits for each: "the default WTF_CSRF_TIME_LIMIT" in a KB without it is
+    not answered by another key's default, though the KB has "CSRF", "time" and "limit"."""
+    out = {}
+    for f in identifiers(question):
+        if f.kind == "identifier" and not any(stated(f, h.text) for h in kb.search(f.text, k=_FEW, mode="bm25")):
+            out[f.key] = f.text
     return out
 
 

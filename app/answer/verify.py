@@ -46,6 +46,9 @@ _REFUSAL = re.compile(
     r"(?:say|mention|contain|include|provide|specify)|no\s+information\s+(?:about|on)|there\s+is\s+no\s+(?:mention|"
     r"information))|不知道|没有(?:提到|提及|相关信息|这方面|说明)|未(?:提及|提到|说明)|无法(?:回答|确定)", re.I)
 _LETTER = re.compile(r"[^\W\d_]")
+# an identifier's key (identifiers.key) rather than a word: it has an underscore, a dot, a slash or "="
+# inside, or is a flag
+_IDENTIFIER_KEY = re.compile(r"[\w][_./=]|^--")
 
 
 @dataclass
@@ -168,7 +171,8 @@ class Verifier:
         said = terms(sentence)
         # what the sentence is about: its words less its facts and manner adverbs ("approximately")
         own = {t for t, w in term_words(without_facts(sentence)).items() if not _MANNER.search(w)} - {"answe"}
-        off_topic = sorted(m for m in self.missing if _shares_stem(said, m))
+        off_topic = sorted(m for m in self.missing if (written_in(Fact("identifier", m, m), sentence)
+                                                        if _IDENTIFIER_KEY.search(m) else _shares_stem(said, m)))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
         unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
@@ -468,5 +472,8 @@ def _shares_stem(said: set[str], word: str) -> bool:
 
 
 def _uses(sentence: str, said: set[str], word: str) -> bool:
-    """Whether a sentence uses a question word: an English stem as a term, a Chinese word whole."""
+    """Whether a sentence uses a question word: an English stem as a term, a Chinese word whole, an
+    identifier (plan._unknown_names: "wtf_csrf_time_limit") as written."""
+    if _IDENTIFIER_KEY.search(word):
+        return written_in(Fact("identifier", word, word), sentence)
     return _shares_stem(said, word) if word.isascii() else word in sentence
