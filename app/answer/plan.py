@@ -195,7 +195,8 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     words = content_words(question)
     topic = _topic_words(question, ignore)
     places = _places(kb, topic)
-    unknown = _unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, question) | _unknown_names(kb, question)
+    unknown = (_unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, question)
+               | _unknown_names(kb, question))
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     plan.unnamed = set(unknown)

@@ -171,8 +171,7 @@ class Verifier:
         said = terms(sentence)
         # what the sentence is about: its words less its facts and manner adverbs ("approximately")
         own = {t for t, w in term_words(without_facts(sentence)).items() if not _MANNER.search(w)} - {"answe"}
-        off_topic = sorted(m for m in self.missing if (written_in(Fact("identifier", m, m), sentence)
-                                                        if _IDENTIFIER_KEY.search(m) else _shares_stem(said, m)))
+        off_topic = sorted(m for m in self.missing if _mentions(sentence, said, m))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
         unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
@@ -471,9 +470,14 @@ def _shares_stem(said: set[str], word: str) -> bool:
     return any(t.startswith(word) or word.startswith(t) for t in said)
 
 
-def _uses(sentence: str, said: set[str], word: str) -> bool:
-    """Whether a sentence uses a question word: an English stem as a term, a Chinese word whole, an
-    identifier (plan._unknown_names: "wtf_csrf_time_limit") as written."""
+def _mentions(sentence: str, said: set[str], word: str) -> bool:
+    """Whether a sentence names a word by its stem among its terms `said` (a Chinese word by its
+    bigrams), or an identifier (plan._unknown_names: "wtf_csrf_time_limit") as written."""
     if _IDENTIFIER_KEY.search(word):
         return written_in(Fact("identifier", word, word), sentence)
-    return _shares_stem(said, word) if word.isascii() else word in sentence
+    return _shares_stem(said, word)
+
+
+def _uses(sentence: str, said: set[str], word: str) -> bool:
+    """Whether a sentence uses a question word: as `_mentions` does, a Chinese word whole."""
+    return _mentions(sentence, said, word) if word.isascii() else word in sentence
