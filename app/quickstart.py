@@ -122,4 +122,5 @@ def ensure_sample_kb(kb: KnowledgeBase) -> None:
             log.info("knowledge base %s: removed the sample copy %s", kb.dir, doc.source)
     if kb.profile == AnswerProfile():
         kb.set_profile(sample.answer_profile())
-    log.info("knowledge base %s: %d added, %d unchanged", kb.dir, len(report.added), len(report.unchanged))
+    log.info("knowledge base %s: %d added, %d updated, %d unchanged", kb.dir, len(report.added), len(report.updated),
+             len(report.unchanged))
