@@ -119,6 +119,12 @@ def test_an_identifier_the_question_names_may_be_repeated_and_a_name_the_kb_uses
     assert verifier.check("Debian's installer then saves memory.").ok  # the KB names Debian elsewhere
     assert {f.text for f in verifier.check("You can resize the disk with GParted first.").unsupported} == {"GParted"}
     assert {f.kind for f in identifiers("Run grub-install on /dev/sda, then reboot.")} == {"identifier"}
+    # quoted, the question's own identifier is still the user's; a quoted label must still be the passages'
+    prefixed = Verifier(["from_prefixed_env() loads every variable that starts with the prefix."],
+                        "How do I load every environment variable starting with MYAPP_?")
+    assert prefixed.check('from_prefixed_env() loads the variables that start with "MYAPP_".').ok
+    assert not prefixed.check('from_prefixed_env() loads the variables that start with "OTHER_".').ok
+    assert not prefixed.check('Press "Load All" to load the variables.').ok
 
 
 def test_a_reply_that_only_restates_the_question_is_checked_with_the_sentence_after_it():

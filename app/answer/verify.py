@@ -237,6 +237,10 @@ class Verifier:
         return bool(reply) and not extract_facts(rest) and not self._adds(rest)
 
     def _supported(self, fact: Fact) -> bool:
+        if fact.kind == "name" and _IDENTIFIER_KEY.search(fact.key) and not re.search(r"\s", fact.key):
+            # a quoted identifier ("MYAPP_", "config.toml") is the user's own value when the question
+            # writes it, as an unquoted one is; a quoted label ("Sport Plus") must be the passages'
+            return self.names.supports(fact) or written_in(Fact("identifier", fact.key, fact.text), self.written)
         return (self.names if fact.kind in ("name", "menu") else self.index).supports(fact)
 
     def _denied_by_a_source(self, own: set[str], denied: set[str]) -> bool:
