@@ -55,6 +55,8 @@ CHARGING = "Charging from 10 to 80 percent at a fast charger takes 30 minutes."
     ("I have 900 MB free. Would a minimal base installation fit?", DISK, "no"),
     ("Is 20 minutes at the fast charger enough?", CHARGING, "no"),
     ("Can I be done at the fast charger in 45 minutes?", CHARGING, "yes"),
+    # a negation the bound's sentence says too names the thing, it does not turn the question round
+    ("I have 5 GB free. Would a minimal base installation, without the desktop task, fit?", DISK, "yes"),
 ])
 def test_what_a_thing_takes_is_the_least_the_users_amount_must_be(question, passage, reply):
     assert _reply(question, passage) == reply

@@ -161,6 +161,7 @@ _BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+t
 # "is she allowed to sit without her booster at 140 cm?": a negated question turns the reply round
 _NEGATED = re.compile(r"\b(?:without|not|never|no)\b|n't\b|不|没|无", re.I)
 _A_NOT_A = re.compile(r"(.)不\1")  # 能不能, 可不可以, 是不是: a question, not a negation
+_NEGATED_SPAN = 30  # characters after a negation that say what it negates ("without the “Standard system” task")
 
 
 @dataclass(frozen=True)
@@ -208,8 +209,7 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     asked_parts = [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)
                    if _ASKS.search(p)]
     asking = [p for p in asked_parts if _within(p)]
-    # "she keeps begging to sit without her booster. Is she allowed to?": a negation anywhere turns it round
-    if len(asking) != 1 or _NEGATED.search(_A_NOT_A.sub("", question)):
+    if len(asking) != 1:
         return None
     ranked = _ranked(question, passages)
     asked = _asked(question, ranked)  # said anywhere: "My trailer is 1,800 kg. Can I tow it?"
@@ -222,11 +222,24 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     if not decided or decided[0][2] == "unclear":
         return None
     sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
+    # "she keeps begging to sit without her booster. Is she allowed to?": a negation anywhere turns it
+    # round, unless the bound's sentence says it too, of the thing it bounds ("a minimal installation,
+    # without the Standard system task, will take 1012MB")
+    if not all(_says_too(negation, sentence) for negation in _NEGATED.finditer(_A_NOT_A.sub("", question))):
+        return None
     # another passage bounding the same kind at other values: which limit is the question's is unclear
     # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW)
     if any(other != passage and values != bound for _, other, _, values in decided[1:]):
         return None
     return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
+
+
+def _says_too(negation: re.Match, sentence: str) -> bool:
+    """Whether `sentence` negates what the question's `negation` (a match in it) does: the same negating
+    word before a word the question negates."""
+    negated = terms(without_facts(negation.string[negation.end():negation.end() + _NEGATED_SPAN]))
+    return any(terms(without_facts(sentence[m.end():m.end() + _NEGATED_SPAN])) & negated
+               for m in re.finditer(re.escape(negation.group(0)), sentence, re.I)) if negated else False
 
 
 def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str]) -> tuple[str | None, frozenset]:
