@@ -355,3 +355,38 @@ def test_an_identifier_the_kb_never_writes_is_unnamed_and_no_number_may_be_said_
     said = verifier.check("The default WTF_CSRF_TIME_LIMIT is 2678400 seconds.")
     assert [f.text for f in said.unsupported] == ["2678400 seconds"]  # another key's default
     assert verifier.check("PERMANENT_SESSION_LIFETIME defaults to 2678400 seconds.").ok  # not said of it
+
+
+TYRE = ("The amber symbol shaped like a tyre with an exclamation mark means at least one tyre is 20 percent or more "
+        "below its recommended pressure. Slow down and check all four tyres.")
+ERRORS = ("To be told of errors, you can configure a logging.handlers.SMTPHandler to send an email when errors and "
+          "higher are logged. Set up logging before you create the app.")
+
+
+@pytest.mark.parametrize("question, passage, answer, said, unnamed", [
+    # the passage's number said of a word the KB never uses, though the question uses it only in passing
+    ("There's an orange light on the dash like a tyre with an exclamation mark. What does it mean?", TYRE,
+     "The light on the dash means at least one tyre is 20 percent or more below its recommended pressure.",
+     TYRE.split(". ")[0] + ".", {"dash"}),
+    # a place the passages never give added to the right identifier
+    ("How do I get an email when my app logs an error?", ERRORS,
+     "Configure a logging.handlers.SMTPHandler in your settings file to send an email when errors are logged.",
+     ERRORS.split(". ")[0] + ".", set()),
+])
+def test_a_fact_said_of_the_wrong_thing_is_said_in_the_passages_own_sentence(question, passage, answer, said,
+                                                                           unnamed):
+    text, grounding = _generate(_Says(answer), question, passage, unnamed=unnamed)
+    assert text == said and grounding.decision == "answered" and "own words" in grounding.reason
+
+
+@pytest.mark.parametrize("answer", [
+    "It means at least one of the four tyres is 30 percent below its recommended pressure.",  # an invented value
+    "Use a logging.handlers.MailHandler to send an email when errors are logged.",  # an invented name
+])
+def test_an_invented_fact_is_not_repaired_from_the_passages(answer):
+    passage = ERRORS if "Handler" in answer else TYRE
+    question = ("How do I get an email when my app logs an error?" if "Handler" in answer
+                else "What does the orange tyre light on the dash mean?")
+    answer = answer.replace("tyres", "tyres on the dash")
+    text, grounding = _generate(_Says(answer), question, passage, unnamed={"dash"})
+    assert "own words" not in grounding.reason and text not in passage, text

@@ -58,6 +58,7 @@ class _Draft:
     unsupported: list[str] = field(default_factory=list)
     verdict: str | None = None  # "model_refused" | "off_topic" | "unsupported" | None: it ran to its end
     dropped: int = 0  # sentences left out: the passages did not support them
+    quoted: int = 0  # sentences said in the passage's own words in place of the model's (Verifier.source_of)
     off_topic: list[str] = field(default_factory=list)  # the question's words the KB lacks that the model used
 
 
@@ -174,6 +175,7 @@ class GroundedGeneration:
             reason = "every stated fact is in the passages" + (
                 "; the answer was cut before a sentence the passages do not support" if verdict else
                 f"; {draft.dropped} sentence(s) the passages do not support were left out" if draft.dropped else "") + (
+                f"; {draft.quoted} sentence(s) said in the passages' own words" if draft.quoted else "") + (
                 "; the model's first reply was \"I don't know\", its next best is the passages' own words"
                 if repaired else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
@@ -244,6 +246,15 @@ class GroundedGeneration:
                 draft.off_topic = check.off_topic
                 draft.verdict = "off_topic"
                 break
+            source = None if check.ok else verifier.source_of(check)
+            if source and not answers_kind(self.plan.question, source):
+                source = None  # the passage's sentence must state the kind of value asked for
+            if source and source not in [c.text.strip() for c in draft.released + draft.held]:
+                # said as the passage says it (with the model's spacing after it), if it passes alone
+                repaired = self._check(verifier, source + check.text[len(check.text.rstrip()):])
+                if repaired.ok and verifier.grounded(source):
+                    check = repaired
+                    draft.quoted += 1
             strict = grounded or draft.dropped > 0
             if (not check.ok or (strict and not self._grounded(verifier, check.text))
                     or (draft.dropped and refers_back(check.text))):

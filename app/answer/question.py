@@ -128,11 +128,12 @@ def on_topic(question: str, passage: str) -> bool:
     return not wanted or bool(wanted & terms(passage))
 
 
-# what "how fast / how far / how heavy / 多久" asks for, when the question names no unit itself
+# what "how fast / how far / how heavy / how quick / 多久" asks for, when the question names no unit itself
 _IMPLIED_UNITS = ((re.compile(r"\bhow\s+fast\b|\bfastest\b|\bspeed\b|多快", re.I), {"km/h", "mph"}),
                   (re.compile(r"\bhow\s+far\b|多远", re.I), {"km", "m", "cm", "mm"}),
                   (re.compile(r"\bhow\s+heavy\b|多重", re.I), {"kg"}),
-                  (re.compile(r"多久|多长时间", re.I), {"s", "min", "h", "day", "week", "month", "year"}))
+                  (re.compile(r"\bhow\s+quick(?:ly)?\b|多久|多长时间", re.I),
+                   {"s", "min", "h", "day", "week", "month", "year"}))
 
 
 def unit_of(fact) -> str | None:

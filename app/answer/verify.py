@@ -78,6 +78,8 @@ _REPLY = re.compile(r"^\s*(?:the\s+answer(?:\s+to\s+(?:this|your|the)\s+question
 # the share of a sentence's own words that must be the passages' for Verifier.grounded: a lexical support
 # measure (most of what it says is written there), the same for every KB
 MIN_GROUNDED = 0.6
+# the words a failed sentence must share with the passage sentence said in its place (Verifier.source_of)
+MIN_SHARED = 2
 # English manner and degree adverbs by their endings ("approximately", "usually", "automatically"), not
 # "daily" or "supply"
 _MANNER = re.compile(r"(?:ately|ably|ibly|ally|ously|ively|fully|lessly|ently|antly|etely|ingly)$")
@@ -228,6 +230,40 @@ class Verifier:
             return False
         rest = own - self.question_terms
         return not rest or len(rest & self.passage_terms) >= MIN_GROUNDED * len(rest)
+
+    def source_of(self, check: Check) -> str | None:
+        """The passage sentence a failed sentence was drawn from, to say in its place: the one that
+        states the most of the failed sentence's facts (its numbers beyond the user's own, its
+        identifiers), then shares the most of its words, and speaks of the question. A small model
+        picks the right fact and then misreads what it is said of ("at least one of the four tyres is
+        20 percent below" joins two sentences; "configure SMTPHandler in your configuration file" adds
+        a place); the passage's own sentence says the fact as the KB does. None when the model
+        invented something (a value or name no passage states: it is not reading the passages), when
+        the failure is a yes or no (the reply, not a fact, is wrong), or when no sentence shares a
+        fact and MIN_SHARED words. A word of the question the KB never uses reaches this only in
+        passing ("the light on the dash"): a sentence using the question's missing topic has already
+        stopped the answer (Check.off_topic)."""
+        written = "\n".join(s.text for s in self.passage_sentences)
+
+        def stated(f: Fact) -> bool:
+            return written_in(f, written) if f.kind in ("identifier", "proper") else self._supported(f)
+
+        invented = [f for f in check.unsupported if f.kind not in ("place", "negation") and not stated(f)]
+        if invented or any(f.kind == "reply" for f in check.unsupported):
+            return None
+        # the facts the passages state, though the sentence may say them of the wrong thing
+        anchors = [f for f in check.facts if f.kind in QUANTITY_KINDS and f.key not in self.drivers_numbers
+                   and self._supported(f)]
+        anchors += [f for f in identifiers(check.text) if f.kind == "identifier" and written_in(f, written)]
+        own = terms(without_facts(check.text))
+        best, score = None, (0, 0)
+        for s in self.passage_sentences:
+            shared = len(own & s.terms)
+            said = sum(written_in(f, s.text) if f.kind == "identifier" else s.index.supports(f) for f in anchors)
+            if (said and shared >= MIN_SHARED and (said, shared) > score and s.terms & self.question_terms
+                    and s.text.strip() != check.text.strip()):
+                best, score = s.text.strip(), (said, shared)
+        return best
 
     def leans_on_next(self, sentence: str) -> bool:
         """A reply that only restates the question ("Yes, you can make it there."): what it rests on is
