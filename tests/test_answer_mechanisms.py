@@ -137,6 +137,14 @@ def test_a_reply_that_only_restates_the_question_is_checked_with_the_sentence_af
     assert not verifier.check("No, you can't. Drive no further than 200 km.").ok  # against the limit
 
 
+def test_a_reply_resting_only_on_the_users_number_needs_a_passage_value_of_its_kind():
+    refresh = "Sending the cookie with every response keeps the session from expiring. Default: True"
+    verifier = Verifier([refresh], "If I never touch the config, does a permanent session expire after 30 days?")
+    assert not verifier.check("No, a permanent session expires after 30 days if you never touch the config.").ok
+    chains = Verifier([CHAINS], "Can I do 40 km/h with chains on?")  # the passage gives a speed to rest on
+    assert chains.check("Yes, you can drive at 40 km/h with chains.").ok
+
+
 class _TwoAnswers:
     """A model that first says "I don't know" and, told not to begin so, its next best answer."""
 

@@ -160,6 +160,8 @@ class Verifier:
         # the reply the passages' bound gives a question about the user's own amount (limits.judge_limit)
         self.expected_reply = expected_reply
         self.passage_terms = set().union(*(s.terms for s in said))
+        # the units the passages give numbers in (None: bare numbers)
+        self.passage_units = {unit_of(f) for s in said for f in extract_facts(s.text) if f.kind == "number"}
         # each step from one menu item to the next that a passage gives
         self.steps = [(a, b) for text in passages for path in menu_paths(text) for a, b in zip(path, path[1:])]
         # the words that tell a list's numbers apart ("front", "rear"), whatever the list
@@ -214,7 +216,10 @@ class Verifier:
             if self._reply_against_the_limit(answered):
                 unsupported.append(Fact("reply", answered, sentence.strip()))
         elif reply and ((theirs and not stated and not said_no and not self._adds(rest))
-                        or (said_yes and not self._affirmed(rest))):
+                        or (said_yes and not self._affirmed(rest))
+                        # "No, it expires after 30 days" when no passage gives a time at all: the reply
+                        # can only rest on the user's number
+                        or (facts and theirs and not {unit_of(f) for f in facts} & self.passage_units)):
             unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
 
