@@ -19,8 +19,9 @@ from tokenizers import Tokenizer
 from knowledge.loaders import ParsedDocument, Section
 
 HEADING_SEP = " > "
-CHUNKER_VERSION = 4  # 2: the document title is embedded with the heading path; 3: places are embedded too;
-# 4: an HTML definition-list entry (term and description) is one paragraph
+CHUNKER_VERSION = 5  # 2: the document title is embedded with the heading path; 3: places are embedded too;
+# 4: an HTML definition-list entry (term and description) is one paragraph; 5: HTML table cells are words
+# apart
 
 # split levels, coarsest first; each regex matches the separator between two pieces
 _LEVELS = [

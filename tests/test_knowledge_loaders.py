@@ -199,6 +199,14 @@ def test_html_definition_list_entries_are_one_paragraph_each(tmp_path):
     assert not any(p.startswith("Default:") for p in config.split("\n\n"))
 
 
+def test_html_table_cells_are_words_apart(tmp_path):
+    """Minified pages put cells side by side with nothing between them: "Small" and "5 kg" are two words."""
+    path = tmp_path / "specs.html"
+    path.write_text("<main><h1>Specs</h1><table><tr><th>Model</th><th>Capacity</th></tr><tr><td>Small</td>"
+                    "<td>5 kg</td></tr></table></main>")
+    assert load_document(path).text.rstrip() == "Model Capacity\nSmall 5 kg"
+
+
 def test_html_heading_ids_are_not_chrome_names(tmp_path):
     # Python-Markdown, Sphinx and pandoc give a heading (or its section) an id made of its words
     path = tmp_path / "config.html"

@@ -202,6 +202,8 @@ class _TextWriter:
                 # a term starts a paragraph; its description follows on the next line
                 self._break(2 if tag in _BLOCKS or tag == "dt" else 1 if tag in _LINE_BREAKS else 0)
                 self.describing += tag == "dd"
+                if tag in ("td", "th") and self.out and not self.out[-1].endswith((" ", "\n")):
+                    self._emit(" ")  # cells side by side are words apart, however the page is laid out
                 self._inline(el.text)
                 for child in el:
                     self.walk(child)
