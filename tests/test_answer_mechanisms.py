@@ -217,6 +217,19 @@ def test_a_repair_that_echoes_a_word_the_kb_never_names_is_refused():
     assert grounding.decision == "answered"  # the same repair where the question names nothing the KB lacks
 
 
+def test_a_failed_reply_about_the_users_amount_is_told_the_passages_value_of_its_kind():
+    """Where no bound decides the reply ("under 150 cm" is a condition) and the model's yes fails, the
+    passages' sentence stating a value of the amount's kind is said instead of "I don't know"."""
+    from app.answer.limits import bound_sentence
+
+    question = "My daughter is 140 cm now and keeps asking to sit without her booster. Is she allowed to?"
+    quote = bound_sentence(question, [f"The boot holds 400 litres. {BOOSTER}"])
+    assert quote == BOOSTER and bound_sentence("Can I bring 2 cats?", [BOOSTER]) == ""  # no amount of its kind
+    text, grounding = _generate(_Says("Yes, she is allowed to sit without her booster."), question, BOOSTER,
+                                bound_quote=quote)
+    assert text == BOOSTER and grounding.decision == "extractive"
+
+
 def test_a_limit_question_is_answered_without_the_model():
     from app.answer.limits import judge_limit
 

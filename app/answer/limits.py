@@ -22,7 +22,7 @@ from app.answer.bounds import LOWER, UPPER, bounds
 from app.answer.facts import extract_facts, normalize, without_facts
 from app.answer.pairing import said_of
 from app.answer.question import ASKS as _ASKS
-from app.answer.question import asks_yes_no, parts, unit_of
+from app.answer.question import asks_yes_no, on_topic, parts, unit_of
 from app.answer.relevance import terms
 from app.answer.sentences import split_sentences
 
@@ -149,6 +149,19 @@ def comparison_note(question: str, passages: list[str], lang: str) -> str:
         if said:
             notes.append(f"{_say(q)} {'，'.join(said)}。" if lang == "zh" else f"{_say(q)} {', and '.join(said)}.")
     return " ".join(notes)
+
+
+def bound_sentence(question: str, passages: list[str]) -> str:
+    """The passages' sentence most about the question that states a value of the kind of the question's
+    one amount, as written: what a yes-or-no question about the user's amount is told when nothing
+    decides the reply ("My daughter is 140 cm, may she sit without her booster?": "Children under
+    150 cm must travel in a booster seat."). "" when the question states no one amount, or no sentence
+    sharing a topic word with it states one of its kind."""
+    ranked = _ranked(question, passages)
+    asked = _asked(question, ranked)
+    if len(asked) != 1:
+        return ""
+    return next((s.strip() for s, _, _ in _of_kind(ranked, asked[0].kind) if on_topic(question, s)), "")
 
 
 # asking whether the user's amount is allowed, possible or enough: a yes says it is within the bound

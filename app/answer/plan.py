@@ -20,7 +20,7 @@ from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
 from app.answer.identifiers import identifiers, stated
 from app.answer.passages import Passage, confidence, confident, language, passage_prompt, select
-from app.answer.limits import Limit, comparison_note, judge_limit
+from app.answer.limits import Limit, bound_sentence, comparison_note, judge_limit
 from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
                                  meant, on_topic, parts, topic)
 from app.answer.relevance import Confidence, content_words, terms
@@ -75,6 +75,9 @@ class AnswerPlan:
     part_quote: str = ""
     note: str = ""  # what the prompt tells the model beside the question (limits.comparison_note)
     limit: Limit | None = None  # the reply the passages' bound gives a question about the user's amount
+    # for a yes-or-no question about the user's amount: the sentence stating a value of its kind, said
+    # when the model's answer fails and nothing else does (limits.bound_sentence)
+    bound_quote: str = ""
     known_name: Callable[[str], bool] = lambda name: False  # whether the KB writes a name anywhere
     rarest: set[str] = field(default_factory=set)  # what the question is most specifically about (_rarest)
     timings: dict[str, float] = field(default_factory=dict)
@@ -102,11 +105,13 @@ class AnswerPlan:
         """What is said when the model finds no answer: the sentence for each part of the question, or
         for a yes-or-no question with one entry leading clearly, that entry's quote: "between 60 and
         180 km/h" answers "does lane keep assist work at 50 km/h?", though a small model does not see
-        it as an answer because the driver's 50 is not in it. Only where the embedder reads the
-        question: on BM25 alone the airbag entry's "一直亮着" led "刹车警告灯一直亮着还能继续开吗？"."""
+        it as an answer because the driver's 50 is not in it; last, for a question about the user's
+        amount, the sentence stating a value of its kind (bound_quote). Only where the embedder reads
+        the question: on BM25 alone the airbag entry's "一直亮着" led "刹车警告灯一直亮着还能继续开吗？"."""
         read = self.confidence is not None and self.confidence.dense is not None
         one_entry = read and len(self.passages) == 1 and asks_yes_no(self.question)
-        return self.limit_answer or self.part_quote or (self.extractive if one_entry else "")
+        return self.limit_answer or self.part_quote or (self.extractive if one_entry else "") or (
+            self.bound_quote if read else "")
 
 
 def retrieval_query(messages: list[dict]) -> str:
@@ -225,6 +230,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     if asks_yes_no_somewhere(question):
         bodies = [p.body for p in plan.passages]
         plan.note, plan.limit = comparison_note(question, bodies, plan.lang), judge_limit(question, bodies)
+        plan.bound_quote = bound_sentence(question, bodies)
         if plan.limit and plan.limit.alone:  # "can I tow 1,800 kg?": the bound's reply and sentence, as they are
             plan.direct = plan.limit_answer
     built = passage_prompt(llm, with_system(messages, told), plan.passages, plan.note)
