@@ -124,7 +124,7 @@ class Verifier:
         self.names = FactIndex.of(passages)
         self.missing = set(unknown)
         self.unnamed = set(unnamed) | self.missing
-        self.drivers_numbers = {f.key for f in extract_facts(question)}  # may be repeated about anything
+        self.users_numbers = {f.key for f in extract_facts(question)}  # may be repeated about anything
         self.ruled_out = ruled_out(question)
         # "极速是多少？" asks one amount: a phone number, however well supported, does not answer it
         self.amount_only = asks_amount(question) and len(parts(question)) == 1
@@ -135,7 +135,7 @@ class Verifier:
         self.wholes = [said for _, _, said in self.documents] if documents else [terms(p) for p in passages]
         # the driver's numbers that name which thing they mean ("the 12-volt battery", "19-inch wheels", "from
         # 0 to 100 percent"); a 1 is a rate's "an hour", "一个小时", not a variant of anything
-        self.qualifiers = {k for k in self.drivers_numbers if not k.startswith("1 ") and k != "1"}
+        self.qualifiers = {k for k in self.users_numbers if not k.startswith("1 ") and k != "1"}
         self.question_terms = terms(without_facts(question))
         source = lambda s, asked=False: _Source(FactIndex.of([s]), terms(without_facts(s)), _denied(s), asked, s,
                                                 bounds(s), said_of(s))
@@ -191,7 +191,7 @@ class Verifier:
             unsupported += [f for f in facts if f.kind == "phone" and f not in unsupported]
         if any(_uses(sentence, said, m) for m in self.unnamed):
             unsupported += [f for f in facts if f.kind in QUANTITY_KINDS and f not in unsupported
-                            and f.key not in self.drivers_numbers]
+                            and f.key not in self.users_numbers]
         unsupported += self._steps_of_no_passage(sentence)
         # a product or tool the KB names anywhere is no invention, though this passage does not name it
         unsupported += [f for f in identifiers(sentence) if not written_in(f, self.written)
@@ -210,7 +210,7 @@ class Verifier:
         # "No, it has no spare wheel" repeats the question's words, but the passages' denial is the answer
         said_no = denied and bool(NEGATION.match(answered))
         # the driver's own number repeated ("Yes, you can tow 800 kg") is no fact a reply may rest on
-        theirs = all(f.key in self.drivers_numbers for f in facts)
+        theirs = all(f.key in self.users_numbers for f in facts)
         said_yes = bool(reply) and bool(_YES.fullmatch(answered))
         if self.expected_reply is not None and reply:  # the passages' limit decides the reply
             if self._reply_against_the_limit(answered):
@@ -257,7 +257,7 @@ class Verifier:
         if invented or any(f.kind == "reply" for f in check.unsupported):
             return None
         # the facts the passages state, though the sentence may say them of the wrong thing
-        anchors = [f for f in check.facts if f.kind in QUANTITY_KINDS and f.key not in self.drivers_numbers
+        anchors = [f for f in check.facts if f.kind in QUANTITY_KINDS and f.key not in self.users_numbers
                    and self._supported(f)]
         anchors += [f for f in identifiers(check.text) if f.kind == "identifier" and written_in(f, written)]
         own = terms(without_facts(check.text))
@@ -379,7 +379,7 @@ class Verifier:
         number of (its own list's words for it, or all its terms). The things it names that lists
         tell apart must all be the number's own in a list stating it, or all be named by a sentence
         stating it alone ("until the tyre reaches 240 kPa" does not make it the rear's)."""
-        if fact.kind != "number" or fact.key in self.drivers_numbers:
+        if fact.kind != "number" or fact.key in self.users_numbers:
             return False
         named = mine & self.telling
         if not named:
@@ -416,7 +416,7 @@ class Verifier:
 
     def _passage_value(self, fact: Fact) -> bool:
         """A number with a unit that the driver did not say: a value the answer takes from the passages."""
-        return fact.kind == "number" and " " in fact.key and fact.key not in self.drivers_numbers
+        return fact.kind == "number" and " " in fact.key and fact.key not in self.users_numbers
 
     def _someone_elses_number(self, fact: Fact) -> bool:
         """A phone number from passages about none of what the question asks the number of: "报警电话是多少？"
@@ -439,7 +439,7 @@ class Verifier:
         you're not in Eco mode is 130 km/h" from "Eco mode ... limits the top speed to 130 km/h". A
         sentence that rules the condition out too ("when the car is not plugged in, ...") is about
         the driver's case."""
-        if not self.ruled_out or fact.kind not in QUANTITY_KINDS or fact.key in self.drivers_numbers:
+        if not self.ruled_out or fact.kind not in QUANTITY_KINDS or fact.key in self.users_numbers:
             return False
         sources = self._stating(fact)
         return bool(sources) and all(about_ruled_out(self.ruled_out, s.text) for s in sources)
