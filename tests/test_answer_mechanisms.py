@@ -137,6 +137,14 @@ def test_a_reply_that_only_restates_the_question_is_checked_with_the_sentence_af
     assert not verifier.check("No, you can't. Drive no further than 200 km.").ok  # against the limit
 
 
+def test_a_yes_need_not_find_how_it_is_done_in_the_passage():
+    toml = "You can load configuration from a file in a format of your choice using from_file(), TOML for example."
+    verifier = Verifier([toml], "Can I load my app config directly from a TOML file?")
+    assert verifier.check("Yes, you can load your config directly from a TOML file using from_file().").ok
+    remote = Verifier([toml], "Can I load my app config directly from a TOML file over the network?")
+    assert not remote.check("Yes, you can load your config from a TOML file over the network.").ok
+
+
 def test_a_reply_resting_only_on_the_users_number_needs_a_passage_value_of_its_kind():
     refresh = "Sending the cookie with every response keeps the session from expiring. Default: True"
     verifier = Verifier([refresh], "If I never touch the config, does a permanent session expire after 30 days?")

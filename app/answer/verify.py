@@ -82,7 +82,7 @@ MIN_GROUNDED = 0.6
 MIN_SHARED = 2
 # English manner and degree adverbs by their endings ("approximately", "usually", "automatically"), not
 # "daily" or "supply"
-_MANNER = re.compile(r"(?:ately|ably|ibly|ally|ously|ively|fully|lessly|ently|antly|etely|ingly)$")
+_MANNER = re.compile(r"(?:ately|ably|ibly|ally|ously|ively|fully|lessly|ently|antly|etely|ingly|ctly)$")
 _PRONOUN = re.compile(r"\s*(?:it|its|they|their|this|these|those|he|she)\b|\s*(?:它|其|这|该)", re.I)
 # "Can I tow 2,000 kg?": a yes says the driver's number is within what the passages allow
 _YES = re.compile(r"yes|是的|是|对|可以|能|会|需要|没错", re.I)
@@ -173,8 +173,7 @@ class Verifier:
     def check(self, sentence: str) -> Check:
         facts = extract_facts(sentence)
         said = terms(sentence)
-        # what the sentence is about: its words less its facts and manner adverbs ("approximately")
-        own = {t for t, w in term_words(without_facts(sentence)).items() if not _MANNER.search(w)} - {"answe"}
+        own = _own_terms(sentence) - {"answe"}
         off_topic = sorted(m for m in self.missing if _mentions(sentence, said, m))
         unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
@@ -457,8 +456,9 @@ class Verifier:
     def _affirmed(self, rest: str) -> bool:
         """A yes says that what the driver asks is so: the question's words the sentence repeats must all
         be in one passage. "Yes, the car can park itself using the parking sensors" leans on the parking
-        sensors' entry, which says nothing of the car parking itself."""
-        repeated = terms(without_facts(rest)) & self.question_terms
+        sensors' entry, which says nothing of the car parking itself. How it is done ("directly") is no
+        part of what is so."""
+        repeated = _own_terms(rest) & self.question_terms
         return not repeated or any(repeated <= whole for whole in self.wholes)
 
     def _adds(self, rest: str) -> bool:
@@ -477,6 +477,11 @@ class Verifier:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & (s.terms | s.referred) for s in sources)
+
+
+def _own_terms(sentence: str) -> set[str]:
+    """What a sentence is about: its words less its facts and manner adverbs ("approximately", "directly")."""
+    return {t for t, w in term_words(without_facts(sentence)).items() if not _MANNER.search(w)}
 
 
 def _denied(text: str) -> set[str] | None:
