@@ -411,6 +411,7 @@ def test_a_fact_said_of_the_wrong_thing_is_said_in_the_passages_own_sentence(que
                                                                            unnamed):
     text, grounding = _generate(_Says(answer), question, passage, unnamed=unnamed)
     assert text == said and grounding.decision == "answered" and "own words" in grounding.reason
+    assert grounding.unsupported  # what the model said wrong is reported
 
 
 @pytest.mark.parametrize("answer", [

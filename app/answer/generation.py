@@ -253,6 +253,7 @@ class GroundedGeneration:
                 # said as the passage says it (with the model's spacing after it), if it passes alone
                 repaired = self._check(verifier, source + check.text[len(check.text.rstrip()):])
                 if repaired.ok and verifier.grounded(source):
+                    draft.unsupported += [f.text for f in check.unsupported]  # what the model said wrong
                     check = repaired
                     draft.quoted += 1
             strict = grounded or draft.dropped > 0
