@@ -241,13 +241,8 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     if not all(_says_too(negation, sentence) for negation in _NEGATED.finditer(_A_NOT_A.sub("", question))):
         return None
     # another passage bounding the same kind at other values: which limit is the question's is unclear
-    # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW), unless
-    # every such limit gives the same reply and the first sentence names more of the question's words
-    # than any of them (adaptive cruise's "30 to 180 km/h" beside lane keeping's "60 to 180 km/h")
-    wanted = terms(without_facts(question))
-    others = [(s, r) for s, other, r, values in decided[1:] if other != passage and values != bound]
-    if others and (any(r != reply for _, r in others)
-                   or any(len(terms(s) & wanted) >= len(terms(sentence) & wanted) for s, _ in others)):
+    # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW)
+    if any(other != passage and values != bound for _, other, _, values in decided[1:]):
         return None
     return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
 
