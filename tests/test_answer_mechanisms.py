@@ -410,6 +410,13 @@ def test_a_fact_said_of_the_wrong_thing_is_said_in_the_passages_own_sentence(que
     assert grounding.unsupported  # what the model said wrong is reported
 
 
+def test_a_fact_of_another_variant_is_not_repaired_into_its_passage_sentence():
+    warranty = "The drive battery is covered by a warranty of 8 years or 160,000 km, whichever comes first."
+    text, grounding = _generate(_Says("The 12-volt battery is covered by a warranty of 8 years."),
+                                "How long is the warranty on the 12-volt battery?", warranty)
+    assert grounding.decision == "refused" and "own words" not in grounding.reason, text
+
+
 @pytest.mark.parametrize("answer", [
     "It means at least one of the four tyres is 30 percent below its recommended pressure.",  # an invented value
     "Use a logging.handlers.MailHandler to send an email when errors are logged.",  # an invented name

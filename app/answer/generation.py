@@ -252,7 +252,9 @@ class GroundedGeneration:
             if source and source not in [c.text.strip() for c in draft.released + draft.held]:
                 # said as the passage says it (with the model's spacing after it), if it passes alone
                 repaired = self._check(verifier, source + check.text[len(check.text.rstrip()):])
-                if repaired.ok and verifier.grounded(source):
+                # and, like any quote, it must not give another variant's value (the drive battery's
+                # warranty for "the 12-volt battery")
+                if repaired.ok and verifier.grounded(source) and not verifier.quote_fails(source):
                     draft.unsupported += [f.text for f in check.unsupported]  # what the model said wrong
                     check = repaired
                     draft.quoted += 1
