@@ -393,21 +393,26 @@ ERRORS = ("To be told of errors, you can configure a logging.handlers.SMTPHandle
           "higher are logged. Set up logging before you create the app.")
 
 
-@pytest.mark.parametrize("question, passage, answer, said, unnamed", [
-    # the passage's number said of a word the KB never uses, though the question uses it only in passing
-    ("There's an orange light on the dash like a tyre with an exclamation mark. What does it mean?", TYRE,
-     "The light on the dash means at least one tyre is 20 percent or more below its recommended pressure.",
-     TYRE.split(". ")[0] + ".", {"dash"}),
+@pytest.mark.parametrize("question, passage, answer, said", [
+    # a list's number given to the list's other thing
+    ("How heavy a trailer without its own brakes can I tow?", TOWING,
+     "You can tow an unbraked trailer of up to 1,500 kg.", TOWING.split(". ")[0] + "."),
     # a place the passages never give added to the right identifier
     ("How do I get an email when my app logs an error?", ERRORS,
      "Configure a logging.handlers.SMTPHandler in your settings file to send an email when errors are logged.",
-     ERRORS.split(". ")[0] + ".", set()),
+     ERRORS.split(". ")[0] + "."),
 ])
-def test_a_fact_said_of_the_wrong_thing_is_said_in_the_passages_own_sentence(question, passage, answer, said,
-                                                                           unnamed):
-    text, grounding = _generate(_Says(answer), question, passage, unnamed=unnamed)
+def test_a_fact_said_of_the_wrong_thing_is_said_in_the_passages_own_sentence(question, passage, answer, said):
+    text, grounding = _generate(_Says(answer), question, passage)
     assert text == said and grounding.decision == "answered" and "own words" in grounding.reason
     assert grounding.unsupported  # what the model said wrong is reported
+
+
+def test_a_number_said_of_a_word_the_kb_never_uses_is_not_repaired_into_another_things_sentence():
+    text, grounding = _generate(_Says("The maximum load on the roof is 75 kg."),
+                                "I want to put a roof box on. What's the maximum load I can put on the roof?", TOWING,
+                                unnamed={"roof"})
+    assert "own words" not in grounding.reason and "tow ball" not in text, text
 
 
 def test_a_fact_of_another_variant_is_not_repaired_into_its_passage_sentence():
@@ -424,7 +429,6 @@ def test_a_fact_of_another_variant_is_not_repaired_into_its_passage_sentence():
 def test_an_invented_fact_is_not_repaired_from_the_passages(answer):
     passage = ERRORS if "Handler" in answer else TYRE
     question = ("How do I get an email when my app logs an error?" if "Handler" in answer
-                else "What does the orange tyre light on the dash mean?")
-    answer = answer.replace("tyres", "tyres on the dash")
-    text, grounding = _generate(_Says(answer), question, passage, unnamed={"dash"})
+                else "What does the orange tyre light mean?")
+    text, grounding = _generate(_Says(answer), question, passage)
     assert "own words" not in grounding.reason and text not in passage, text

@@ -237,16 +237,19 @@ class Verifier:
 
     def source_of(self, check: Check) -> str | None:
         """The passage sentence a failed sentence was drawn from, to say in its place: the one that
-        states the most of the failed sentence's facts (its numbers beyond the user's own, its
-        identifiers), then shares the most of its words, and speaks of the question. A small model
-        picks the right fact and then misreads what it is said of ("at least one of the four tyres is
-        20 percent below" joins two sentences; "configure SMTPHandler in your configuration file" adds
-        a place); the passage's own sentence says the fact as the KB does. None when the model
-        invented something (a value or name no passage states: it is not reading the passages), when
-        the failure is a yes or no (the reply, not a fact, is wrong), or when no sentence shares a
-        fact and MIN_SHARED words. A word of the question the KB never uses reaches this only in
-        passing ("the light on the dash"): a sentence using the question's missing topic has already
-        stopped the answer (Check.off_topic)."""
+        states every value that failed and the most of the sentence's other facts (numbers beyond the
+        user's own, identifiers), then shares the most of its words, and speaks of the question. A
+        small model picks the right fact and then misreads what it is said of ("an unbraked trailer
+        of up to 1,500 kg" from a list of two; "configure SMTPHandler in your configuration file"
+        adds a place); the passage's own sentence says the fact as the KB does. None when the model
+        invented a value or name no passage states (it is not reading the passages) or joined the
+        values of two sentences ("brake pads last 15,000 to 30,000 km" from two service intervals),
+        when the reply of a yes or no is what failed, when no sentence shares a fact and MIN_SHARED
+        words, or when the sentence uses a word of the question the KB never uses: the passage
+        sentence would answer about something else ("the maximum load on the roof" said in the tow
+        ball's sentence), though that word is sometimes only in passing ("the light on the dash")."""
+        if any(_uses(check.text, terms(check.text), m) for m in self.unnamed):
+            return None
         written = "\n".join(s.text for s in self.passage_sentences)
 
         def stated(f: Fact) -> bool:
@@ -259,13 +262,18 @@ class Verifier:
         anchors = [f for f in check.facts if f.kind in QUANTITY_KINDS and f.key not in self.users_numbers
                    and self._supported(f)]
         anchors += [f for f in identifiers(check.text) if f.kind == "identifier" and written_in(f, written)]
+        # the values that failed must all come from the one sentence: one joined from two sentences'
+        # values ("brake pads last 15,000 to 30,000 km" from two service intervals) has no source
+        failed = [f for f in check.unsupported if f.kind in QUANTITY_KINDS or f.kind == "identifier"]
         own = terms(without_facts(check.text))
         best, score = None, (0, 0)
         for s in self.passage_sentences:
-            shared = len(own & s.terms)
-            said = sum(written_in(f, s.text) if f.kind == "identifier" else s.index.supports(f) for f in anchors)
-            if (said and shared >= MIN_SHARED and (said, shared) > score and s.terms & self.question_terms
-                    and s.text.strip() != check.text.strip()):
+            def states(f: Fact) -> bool:
+                return written_in(f, s.text) if f.kind == "identifier" else s.index.supports(f)
+
+            shared, said = len(own & s.terms), sum(map(states, anchors))
+            if (said and shared >= MIN_SHARED and (said, shared) > score and all(map(states, failed))
+                    and s.terms & self.question_terms and s.text.strip() != check.text.strip()):
                 best, score = s.text.strip(), (said, shared)
         return best
 
