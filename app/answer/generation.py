@@ -246,18 +246,8 @@ class GroundedGeneration:
                 draft.off_topic = check.off_topic
                 draft.verdict = "off_topic"
                 break
-            source = None if check.ok else verifier.source_of(check)
-            if source and not answers_kind(self.plan.question, source):
-                source = None  # the passage's sentence must state the kind of value asked for
-            if source and source not in [c.text.strip() for c in draft.released + draft.held]:
-                # said as the passage says it (with the model's spacing after it), if it passes alone
-                repaired = self._check(verifier, source + check.text[len(check.text.rstrip()):])
-                # and, like any quote, it must not give another variant's value (the drive battery's
-                # warranty for "the 12-volt battery")
-                if repaired.ok and verifier.grounded(source) and not verifier.quote_fails(source):
-                    draft.unsupported += [f.text for f in check.unsupported]  # what the model said wrong
-                    check = repaired
-                    draft.quoted += 1
+            if not check.ok:
+                check = self._in_passage_words(verifier, check, draft)
             strict = grounded or draft.dropped > 0
             if (not check.ok or (strict and not self._grounded(verifier, check.text))
                     or (draft.dropped and refers_back(check.text))):
@@ -281,6 +271,23 @@ class GroundedGeneration:
         elif draft.dropped and not draft.released:
             draft.verdict = "unsupported"
         return draft
+
+    def _in_passage_words(self, verifier: Verifier, check: Check, draft: _Draft) -> Check:
+        """A failed sentence's check, or that of the passage sentence it was drawn from said in its
+        place (Verifier.source_of), when that states the kind of value asked for, passes alone, is the
+        passages' words and, like any quote, gives no other variant's value (the drive battery's
+        warranty for "the 12-volt battery"). What the model said wrong is kept in `draft`."""
+        source = verifier.source_of(check)
+        if not source or not answers_kind(self.plan.question, source) or source in [
+                c.text.strip() for c in draft.released + draft.held]:
+            return check
+        # with the model's spacing after it
+        repaired = self._check(verifier, source + check.text[len(check.text.rstrip()):])
+        if not repaired.ok or not verifier.grounded(source) or verifier.quote_fails(source):
+            return check
+        draft.unsupported += [f.text for f in check.unsupported]
+        draft.quoted += 1
+        return repaired
 
     def _check(self, verifier: Verifier, sentence: str) -> Check:
         """Verifier.check, timed until the first sentence is said (a part of the time to it)."""

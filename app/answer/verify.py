@@ -268,11 +268,8 @@ class Verifier:
         own = terms(without_facts(check.text))
         best, score = None, (0, 0)
         for s in self.passage_sentences:
-            def states(f: Fact) -> bool:
-                return written_in(f, s.text) if f.kind == "identifier" else s.index.supports(f)
-
-            shared, said = len(own & s.terms), sum(map(states, anchors))
-            if (said and shared >= MIN_SHARED and (said, shared) > score and all(map(states, failed))
+            shared, said = len(own & s.terms), sum(_states(s, f) for f in anchors)
+            if (said and shared >= MIN_SHARED and (said, shared) > score and all(_states(s, f) for f in failed)
                     and s.terms & self.question_terms and s.text.strip() != check.text.strip()):
                 best, score = s.text.strip(), (said, shared)
         return best
@@ -485,6 +482,11 @@ class Verifier:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & (s.terms | s.referred) for s in sources)
+
+
+def _states(source: _Source, fact: Fact) -> bool:
+    """Whether a passage sentence states a fact: an identifier as written, a value by its key."""
+    return written_in(fact, source.text) if fact.kind == "identifier" else source.index.supports(fact)
 
 
 def _own_terms(sentence: str) -> set[str]:
