@@ -279,9 +279,11 @@ def _answer_sized(kb, passage: Passage) -> bool:
     return len([s for s in split_sentences(kb.section_text(passage.hit)) if s.strip()]) <= ANSWER_SENTENCES
 
 
-def _written_in_kb(kb, name: str) -> bool:
-    """Whether any chunk of the KB writes `name` (its best lexical hits are read)."""
-    return any(name.lower() in h.text.lower() for h in kb.search(name, k=_FEW, mode="bm25"))
+def _written_in_kb(kb, name: str, written: Callable[[str], bool] | None = None) -> bool:
+    """Whether any chunk of the KB writes `name` (its best lexical hits are read): as `written(text)`
+    says, else anywhere in the text, in any case."""
+    written = written or (lambda text: name.lower() in text.lower())
+    return any(written(h.text) for h in kb.search(name, k=_FEW, mode="bm25"))
 
 
 def _states_phone(hit) -> bool:
@@ -345,11 +347,8 @@ def _unknown_names(kb, question: str) -> dict[str, str]:
     """The question's identifiers (config keys, calls, flags, paths: identifiers.py) the KB never writes,
     looked up in the best lexical hits for each: "the default WTF_CSRF_TIME_LIMIT" in a KB without it is
     not answered by another key's default, though the KB has "CSRF", "time" and "limit"."""
-    out = {}
-    for f in identifiers(question):
-        if f.kind == "identifier" and not any(stated(f, h.text) for h in kb.search(f.text, k=_FEW, mode="bm25")):
-            out[f.key] = f.text
-    return out
+    return {f.key: f.text for f in identifiers(question)
+            if f.kind == "identifier" and not _written_in_kb(kb, f.text, partial(stated, f))}
 
 
 def _rarest(places: dict[str, int]) -> set[str]:
