@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from runtime import qnn
+from runtime import kquant, qnn
 from runtime.errors import RuntimeModelError
 from runtime.options import RuntimeOptions, thread_options
 
@@ -64,7 +64,15 @@ class GraphSession:
             if options.profile_dir is not None:  # written when the session is released
                 so.enable_profiling = True
                 so.profile_file_prefix = str(options.profile_dir / self.path.stem)
-            self._session = ort.InferenceSession(str(self.path), so, providers=["CPUExecutionProvider"])
+            kquant.register(so)  # hexrag's K-quant kernels, for graphs built to use them
+            try:
+                self._session = ort.InferenceSession(str(self.path), so, providers=["CPUExecutionProvider"])
+            except Exception as e:  # noqa: BLE001 - ORT raises Fail / InvalidGraph / NotImplemented ...
+                if kquant.OP in str(e) and not kquant.available():
+                    raise RuntimeModelError(f"{self.path.name} uses hexrag's K-quant kernels, which were not built "
+                                            f"here (no C compiler at install): reinstall with one, or rebuild the "
+                                            f"model here (hexrag build llm --quant int4)") from None
+                raise
         self.output_names = [o.name for o in self._session.get_outputs()]
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.input_shapes = {i.name: list(i.shape) for i in self._session.get_inputs()}  # symbolic dims as str

@@ -1,0 +1,102 @@
+"""The K-quant kernel library: matrix products on GGUF Q4_K / Q6_K blocks as the file stores them.
+
+`kquant.c` is built by the package's own build (`pip install -e .`, setup.py) into `_kquant*.so`
+next to this file; a machine without a C compiler gets no library, a line in pip's log, and the
+MatMulNBits graphs instead. The library is both an ONNX Runtime custom-op library (`register`
+adds the op `hexrag.KQuantMatMul` to a session) and a plain C library (`matmul`, for tests and
+tools). Which vector path it runs (AVX-VNNI, AVX2 or portable C) is decided when it loads, from
+what this CPU reports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+import numpy as np
+
+DOMAIN = "hexrag"
+OP = "KQuantMatMul"
+Q4_K, Q6_K = 12, 14  # GGML's type numbers, the op's `ggml_type`
+SUPER_BLOCK = 256  # weights in one K-quant block
+PATHS = ("scalar", "avx2", "avxvnni", "avx512")  # the library's path numbers, in order
+
+
+def library_path() -> Path | None:
+    """The built library, or None when the build had no compiler."""
+    here = Path(__file__).parent
+    for suffix in EXTENSION_SUFFIXES:
+        if (path := here / f"_kquant{suffix}").is_file():
+            return path
+    return None
+
+
+@functools.cache
+def _lib() -> ctypes.CDLL | None:
+    path = library_path()
+    if path is None:
+        return None
+    lib = ctypes.CDLL(str(path))
+    lib.hexrag_kq_path.restype = ctypes.c_int
+    lib.hexrag_kq_force_path.argtypes = [ctypes.c_int]
+    lib.hexrag_kq_force_path.restype = ctypes.c_int
+    lib.hexrag_kq_block_bytes.argtypes = [ctypes.c_int64]
+    lib.hexrag_kq_block_bytes.restype = ctypes.c_int64
+    lib.hexrag_kq_matmul.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float]
+    lib.hexrag_kq_matmul.restype = ctypes.c_char_p
+    return lib
+
+
+def available() -> bool:
+    return library_path() is not None
+
+
+def kernel_path() -> str | None:
+    """The vector path the library runs here ("avx512", "avxvnni", "avx2", "scalar"), None without a library."""
+    lib = _lib()
+    return None if lib is None else PATHS[lib.hexrag_kq_path()]
+
+
+def force_path(name: str) -> str:
+    """Run another path than the best one (tests); a path this CPU lacks is refused. Returns the path
+    in use."""
+    return PATHS[_require().hexrag_kq_force_path(PATHS.index(name))]
+
+
+def block_bytes(ggml_type: int) -> int:
+    """Bytes of one 256-weight block of the type (0: a type the library does not read)."""
+    return int(_require().hexrag_kq_block_bytes(ggml_type))
+
+
+def matmul(blocks: np.ndarray, ggml_type: int, n: int, k: int, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    """x [m, k] float32 times the n rows of `blocks` (uint8 [n, k/256 · block bytes]), on this thread."""
+    lib = _require()
+    blocks = np.ascontiguousarray(blocks, dtype=np.uint8)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [m, {k}], got {list(x.shape)}")
+    y = np.empty((x.shape[0], n), np.float32)
+    err = lib.hexrag_kq_matmul(ggml_type, blocks.ctypes.data, blocks.nbytes, n, k, x.ctypes.data, x.shape[0],
+                               y.ctypes.data, alpha)
+    if err is not None:
+        raise ValueError(err.decode())
+    return y
+
+
+def register(session_options) -> bool:
+    """Adds the op to an onnxruntime.SessionOptions; False when there is no library."""
+    path = library_path()
+    if path is None:
+        return False
+    session_options.register_custom_ops_library(str(path))
+    return True
+
+
+def _require() -> ctypes.CDLL:
+    lib = _lib()
+    if lib is None:
+        raise RuntimeError("the K-quant kernel library is not built (no C compiler when hexrag was installed)")
+    return lib

@@ -1,0 +1,652 @@
+/* Matrix products that read GGUF K-quant blocks exactly as the file stores them.
+ *
+ * y[m, n] = Σ_k x[m, k] · W[n, k], with W's rows kept as the GGUF's 256-weight super-blocks (Q4_K:
+ * 144 bytes, Q6_K: 210 bytes) and x quantized per 256 values to int8 with one float scale and the
+ * sums of every 16 values, the way the GGUF reference runtime does. Each super-block's product is
+ * then an exact integer dot product, scaled once:
+ *
+ *   Q4_K  w = d·sc_j·q − dmin·m_j   (q 4-bit, 8 sub-blocks of 32 with 6-bit sc_j, m_j)
+ *         x·w = dx·(d·Σ_j sc_j·Σ q·qx − dmin·Σ_j m_j·Σ_j qx)
+ *   Q6_K  w = d·sc_b·(q − 32)       (q 6-bit, 16 sub-blocks of 16 with int8 sc_b)
+ *         x·w = dx·d·(Σ_b sc_b·Σ q·qx − 32·Σ_b sc_b·Σ_b qx)
+ *
+ * Every code path computes the same integer dot products per block; they differ only in the order
+ * the scaled blocks are summed in float (the tests hold each path to the exact product). The vector
+ * path is chosen when the library loads, from what this CPU reports, never from how the library
+ * was compiled: the build runs on any x86-64, and AVX2 / AVX-VNNI / AVX-512 code lives in functions
+ * compiled for that instruction set alone. Below 8 tokens each weight row meets up to four tokens
+ * (decode, drafts); from 8 on the tiled product (kquant_x86.inc, kquant_avx512.inc) runs 8 or 16
+ * tokens per vector (a prefill).
+ *
+ * The same library is an ONNX Runtime custom-op library (RegisterCustomOps): the op
+ * hexrag.KQuantMatMul(x float[..., K], blocks uint8[N, K/256·bytes]) -> float[..., N], attributes
+ * ggml_type, N, K and alpha (a constant the output is multiplied by). Its rows are shared out over
+ * the session's own thread pool.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ort_abi.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KQ_X86 1
+#endif
+
+#if defined(_WIN32)
+#define KQ_EXPORT __declspec(dllexport)
+#else
+#define KQ_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define QK 256
+
+enum { KQ_Q4_K = 12, KQ_Q6_K = 14 }; /* GGML's type numbers */
+/* best last; avx512 is avxvnni's row kernels with the 512-bit tiled product */
+enum { KQ_PATH_SCALAR = 0, KQ_PATH_AVX2 = 1, KQ_PATH_AVXVNNI = 2, KQ_PATH_AVX512 = 3, KQ_PATH_COUNT = 4 };
+
+typedef struct {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+} block_q4_k;
+
+typedef struct {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+} block_q6_k;
+
+typedef struct { /* one quantized super-block of the activations */
+  float d;
+  int8_t qs[QK];
+  int16_t bsums[QK / 16];
+} block_q8_k;
+
+_Static_assert(sizeof(block_q4_k) == 144, "Q4_K block");
+_Static_assert(sizeof(block_q6_k) == 210, "Q6_K block");
+
+static float fp16_to_fp32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else { /* subnormal: normalize */
+    exp = 113;
+    while (!(man & 0x400)) {
+      man <<= 1;
+      exp--;
+    }
+    bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* ---- activations ---- */
+
+static void quantize_row_q8_k(const float *x, block_q8_k *y, int64_t k) {
+  for (int64_t i = 0; i < k / QK; i++, x += QK) {
+    float amax = 0.f;
+    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    block_q8_k *b = &y[i];
+    if (amax == 0.f) {
+      memset(b, 0, sizeof *b);
+      continue;
+    }
+    const float iscale = 127.f / amax;
+    for (int j = 0; j < QK; j++) b->qs[j] = (int8_t)lrintf(iscale * x[j]);
+    for (int j = 0; j < QK / 16; j++) {
+      int s = 0;
+      for (int l = 0; l < 16; l++) s += b->qs[16 * j + l];
+      b->bsums[j] = (int16_t)s;
+    }
+    b->d = 1.f / iscale;
+  }
+}
+
+/* ---- the 6-bit scales and mins of a Q4_K block ---- */
+
+/* 12 bytes -> 8 scales (out[0..1]) and 8 mins (out[2..3]), one byte each. The first four of each
+ * are the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); the last four take their low 4 bits
+ * from bytes 8-11 (low nibble: scales, high: mins) and their top 2 from bits 6-7 of bytes 0-3
+ * (scales) and 4-7 (mins). */
+static inline void q4_k_scale_words(const uint8_t *q, uint32_t *out) {
+  uint32_t w0, w1, w2;
+  memcpy(&w0, q, 4);
+  memcpy(&w1, q + 4, 4);
+  memcpy(&w2, q + 8, 4);
+  out[0] = w0 & 0x3f3f3f3fu;
+  out[1] = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+  out[2] = w1 & 0x3f3f3f3fu;
+  out[3] = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+}
+
+static inline int32_t q4_k_min_term(const uint8_t *mn, const int16_t *bsums) {
+  int32_t s = 0;
+  for (int j = 0; j < 8; j++) s += mn[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+  return s;
+}
+
+static inline int32_t q6_k_offset_term(const int8_t *sc, const int16_t *bsums) {
+  int32_t s = 0;
+  for (int b = 0; b < 16; b++) s += sc[b] * bsums[b];
+  return 32 * s;
+}
+
+/* ---- scalar path ---- */
+
+static float dot_q4_k_one(const block_q4_k *w, const block_q8_k *a, int64_t nb) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; i++) {
+    uint32_t scw[4];
+    q4_k_scale_words(w[i].scales, scw);
+    const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8, *q = w[i].qs;
+    const int8_t *y = a[i].qs;
+    int32_t isum = 0;
+    for (int j = 0; j < 4; j++, q += 32, y += 64) {
+      int32_t lo = 0, hi = 0;
+      for (int l = 0; l < 32; l++) {
+        lo += (q[l] & 0xf) * y[l];
+        hi += (q[l] >> 4) * y[l + 32];
+      }
+      isum += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+    }
+    const int32_t imin = q4_k_min_term(mn, a[i].bsums);
+    sum += a[i].d * (fp16_to_fp32(w[i].d) * (float)isum - fp16_to_fp32(w[i].dmin) * (float)imin);
+  }
+  return sum;
+}
+
+static float dot_q6_k_one(const block_q6_k *w, const block_q8_k *a, int64_t nb) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t *ql = w[i].ql, *qh = w[i].qh;
+    const int8_t *sc = w[i].scales, *y = a[i].qs;
+    int32_t isum = 0;
+    for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
+      int32_t s[8] = {0};
+      for (int l = 0; l < 32; l++) {
+        const int is = l / 16;
+        s[is + 0] += ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) * y[l];
+        s[is + 2] += ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) * y[l + 32];
+        s[is + 4] += ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) * y[l + 64];
+        s[is + 6] += ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) * y[l + 96];
+      }
+      for (int b = 0; b < 8; b++) isum += sc[b] * s[b];
+    }
+    isum -= q6_k_offset_term(w[i].scales, a[i].bsums);
+    sum += a[i].d * (fp16_to_fp32(w[i].d) * (float)isum);
+  }
+  return sum;
+}
+
+/* one weight row against `rows` activation rows `stride` blocks apart */
+static void dot_q4_k_rows_scalar(const void *row, const block_q8_k *a, int64_t nb, int64_t stride, int rows,
+                                 float *out) {
+  for (int r = 0; r < rows; r++) out[r] = dot_q4_k_one(row, a + r * stride, nb);
+}
+
+static void dot_q6_k_rows_scalar(const void *row, const block_q8_k *a, int64_t nb, int64_t stride, int rows,
+                                 float *out) {
+  for (int r = 0; r < rows; r++) out[r] = dot_q6_k_one(row, a + r * stride, nb);
+}
+
+/* The activations of the tiled product: groups of `lanes` rows (8 for 256-bit vectors, 16 for
+ * 512-bit), each block's 256 values interleaved 4 at a time (q[group][block][64][lanes][4]), with
+ * each row's scale and its sums of 32 (Q4_K's mins) or −32 × its sums of 16 (Q6_K's code offset),
+ * the group's rows side by side. Padding rows are 0. */
+typedef struct {
+  int64_t groups, nb, lanes;
+  int8_t *q;
+  float *d;      /* [groups][nb][lanes] */
+  int32_t *s32;  /* [groups][nb][8][lanes] */
+  int32_t *s16;  /* [groups][nb][16][lanes] */
+} tiles;
+
+/* ---- x86 vector paths ---- */
+
+#ifdef KQ_X86
+/* vpshufb masks: Q4_K sub-block s's scale (int16 lane s) in every lane */
+static const uint8_t kq_word_masks[8][32] = {
+#define KQ_W(s) {2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, \
+                 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1, 2*s, 2*s+1}
+    KQ_W(0), KQ_W(1), KQ_W(2), KQ_W(3), KQ_W(4), KQ_W(5), KQ_W(6), KQ_W(7)
+#undef KQ_W
+};
+/* Q6_K: lane 2j of the half's scales in the low 8 int16 lanes, lane 2j+1 in the high 8 */
+static const uint8_t kq_pair_masks[4][32] = {
+#define KQ_P(j) {4*j, 4*j+1, 4*j, 4*j+1, 4*j, 4*j+1, 4*j, 4*j+1, 4*j, 4*j+1, 4*j, 4*j+1, 4*j, 4*j+1, 4*j, 4*j+1, \
+                 4*j+2, 4*j+3, 4*j+2, 4*j+3, 4*j+2, 4*j+3, 4*j+2, 4*j+3, 4*j+2, 4*j+3, 4*j+2, 4*j+3, 4*j+2, 4*j+3, \
+                 4*j+2, 4*j+3}
+    KQ_P(0), KQ_P(1), KQ_P(2), KQ_P(3)
+#undef KQ_P
+};
+
+#define KQ_SUFFIX avx2
+#define KQ_TARGET __attribute__((target("avx2,fma,f16c")))
+#define KQ_MADD(acc, p, s) _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
+/* u8 × s8 in groups of 4 into int32 lanes; the pairs never saturate int16 (6-bit codes × int8) */
+#define KQ_DPBUSD(acc, u, s) \
+  _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#include "kquant_x86.inc"
+#undef KQ_SUFFIX
+#undef KQ_TARGET
+#undef KQ_MADD
+#undef KQ_DPBUSD
+
+#define KQ_SUFFIX avxvnni
+#define KQ_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define KQ_MADD(acc, p, s) _mm256_dpwssd_avx_epi32(acc, p, s)
+#define KQ_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#include "kquant_x86.inc"
+#undef KQ_SUFFIX
+#undef KQ_TARGET
+#undef KQ_MADD
+#undef KQ_DPBUSD
+#include "kquant_avx512.inc"
+#endif
+
+/* ---- dispatch ---- */
+
+typedef void (*dot_fn)(const void *row, const block_q8_k *a, int64_t nb, int64_t stride, int rows, float *out);
+
+static int path_available(int path) {
+  if (path == KQ_PATH_SCALAR) return 1;
+#ifdef KQ_X86
+  __builtin_cpu_init();
+  const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (path == KQ_PATH_AVX2) return avx2;
+  const int vnni = avx2 && __builtin_cpu_supports("avxvnni");
+  if (path == KQ_PATH_AVXVNNI) return vnni;
+  if (path == KQ_PATH_AVX512)
+    return vnni && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+  return 0;
+}
+
+static int best_path(void) {
+  for (int p = KQ_PATH_COUNT - 1; p > 0; p--)
+    if (path_available(p)) return p;
+  return KQ_PATH_SCALAR;
+}
+
+static int kq_path = -1;
+
+static int current_path(void) {
+  if (kq_path < 0) kq_path = best_path();
+  return kq_path;
+}
+
+static dot_fn dot_for(int type) {
+  switch (current_path()) {
+#ifdef KQ_X86
+    case KQ_PATH_AVX2: return type == KQ_Q4_K ? dot_q4_k_rows_avx2 : type == KQ_Q6_K ? dot_q6_k_rows_avx2 : NULL;
+    case KQ_PATH_AVXVNNI:
+    case KQ_PATH_AVX512:
+      return type == KQ_Q4_K ? dot_q4_k_rows_avxvnni : type == KQ_Q6_K ? dot_q6_k_rows_avxvnni : NULL;
+#endif
+    default: return type == KQ_Q4_K ? dot_q4_k_rows_scalar : type == KQ_Q6_K ? dot_q6_k_rows_scalar : NULL;
+  }
+}
+
+typedef void (*gemm_fn)(int type, const uint8_t *const *row, int rows, const tiles *t, int64_t g0, int64_t g1,
+                        float *const *tot);
+
+static gemm_fn gemm_for(void) {
+  switch (current_path()) {
+#ifdef KQ_X86
+    case KQ_PATH_AVX2: return gemm_rows_avx2;
+    case KQ_PATH_AVXVNNI: return gemm_rows_avxvnni;
+    case KQ_PATH_AVX512: return gemm_rows_avx512;
+#endif
+    default: return NULL; /* the portable path multiplies row by row */
+  }
+}
+
+typedef void (*quantize_fn)(const float *x, block_q8_k *y, int64_t k);
+
+static quantize_fn quantize_for(void) {
+  switch (current_path()) {
+#ifdef KQ_X86
+    case KQ_PATH_AVX2: return quantize_row_avx2;
+    case KQ_PATH_AVXVNNI:
+    case KQ_PATH_AVX512: return quantize_row_avxvnni;
+#endif
+    default: return quantize_row_q8_k;
+  }
+}
+
+/* activation rows per vector of the tiled product, and weight rows per call */
+static int64_t gemm_lanes(void) { return current_path() == KQ_PATH_AVX512 ? 16 : 8; }
+static int gemm_rows_per_call(void) { return current_path() == KQ_PATH_AVX512 ? 4 : 2; }
+
+static int64_t block_bytes(int64_t type) {
+  return type == KQ_Q4_K ? (int64_t)sizeof(block_q4_k) : type == KQ_Q6_K ? (int64_t)sizeof(block_q6_k) : 0;
+}
+
+/* ---- the product ---- */
+
+enum { GEMM_MIN_ROWS = 8 };             /* from a tile of 8 tokens on, the tiled product */
+enum { CACHE_BYTES = 512 * 1024 };       /* what a core's L2 holds of one operand, with room to spare */
+
+typedef struct {
+  int type;
+  dot_fn dot;
+  gemm_fn gemm; /* NULL: row by row */
+  const uint8_t *w;
+  const float *x;
+  int64_t row_bytes, nb, n, k, m, rows_per_task;
+  block_q8_k *xq;
+  tiles tl;
+  float *y;
+  float alpha;
+} job;
+
+/* Weight rows r0..r1 against every activation row, one weight row and four activation rows at a
+ * time. The activations are walked in tiles that stay in a core's L2 cache (a prefill's 512 tokens
+ * of an 8960-wide input are 4.6 MB). */
+static void run_rows(const job *jb, int64_t r0, int64_t r1) {
+  int64_t tile = CACHE_BYTES / (jb->nb * (int64_t)sizeof(block_q8_k)) / 4 * 4;
+  if (tile < 4) tile = 4;
+  float out[4];
+  for (int64_t m0 = 0; m0 < jb->m; m0 += tile) {
+    const int64_t m1 = m0 + tile < jb->m ? m0 + tile : jb->m;
+    for (int64_t r = r0; r < r1; r++) {
+      const uint8_t *row = jb->w + r * jb->row_bytes;
+      for (int64_t i = m0; i < m1; i += 4) {
+        const int rows = m1 - i < 4 ? (int)(m1 - i) : 4;
+        jb->dot(row, jb->xq + i * jb->nb, jb->nb, jb->nb, rows, out);
+        for (int t = 0; t < rows; t++) jb->y[(i + t) * jb->n + r] = jb->alpha * out[t];
+      }
+    }
+  }
+}
+
+enum { MAX_TILE_GROUPS = 64, MAX_GEMM_ROWS = 4 };
+
+/* The tiled product of weight rows r0..r1: groups of 8 or 16 tokens in L2-sized tiles, 2 or 4
+ * weight rows at a time. */
+static void run_rows_tiled(const job *jb, int64_t r0, int64_t r1) {
+  const int64_t lanes = jb->tl.lanes;
+  const int per_call = gemm_rows_per_call();
+  int64_t tile = CACHE_BYTES / (jb->nb * QK * lanes);
+  tile = tile < 1 ? 1 : tile > MAX_TILE_GROUPS ? MAX_TILE_GROUPS : tile;
+  float tot_buf[MAX_GEMM_ROWS][MAX_TILE_GROUPS * 16];
+  for (int64_t g0 = 0; g0 < jb->tl.groups; g0 += tile) {
+    const int64_t g1 = g0 + tile < jb->tl.groups ? g0 + tile : jb->tl.groups;
+    for (int64_t r = r0; r < r1; r += per_call) {
+      const int rows = r + per_call <= r1 ? per_call : (int)(r1 - r);
+      const uint8_t *row[MAX_GEMM_ROWS];
+      float *tot[MAX_GEMM_ROWS];
+      for (int t = 0; t < rows; t++) {
+        row[t] = jb->w + (r + t) * jb->row_bytes;
+        tot[t] = tot_buf[t];
+        memset(tot_buf[t], 0, (size_t)((g1 - g0) * lanes) * sizeof(float));
+      }
+      jb->gemm(jb->type, row, rows, &jb->tl, g0, g1, tot);
+      for (int t = 0; t < rows; t++)
+        for (int64_t i = g0 * lanes; i < g1 * lanes && i < jb->m; i++)
+          jb->y[i * jb->n + r + t] = jb->alpha * tot[t][i - g0 * lanes];
+    }
+  }
+}
+
+static int alloc_tiles(tiles *t, int type, int64_t m, int64_t nb, int64_t lanes) {
+  t->lanes = lanes;
+  t->groups = (m + lanes - 1) / lanes;
+  t->nb = nb;
+  const size_t cells = (size_t)(t->groups * nb * lanes);
+  t->q = calloc(cells * QK, 1);
+  t->d = calloc(cells, sizeof(float));
+  t->s32 = type == KQ_Q4_K ? calloc(cells * 8, sizeof(int32_t)) : NULL;
+  t->s16 = type == KQ_Q6_K ? calloc(cells * 16, sizeof(int32_t)) : NULL;
+  return t->q && t->d && (t->s32 || t->s16);
+}
+
+/* one quantized activation row into its lane of the tiles (rows write disjoint bytes: the rows of a
+ * prefill are placed in parallel) */
+static void tile_row(tiles *t, const block_q8_k *row_blocks, int64_t row) {
+  const int64_t g = row / t->lanes, lane = row % t->lanes, lanes = t->lanes;
+  for (int64_t i = 0; i < t->nb; i++) {
+    const block_q8_k *b = row_blocks + i;
+    const int64_t at = g * t->nb + i;
+    t->d[at * lanes + lane] = b->d;
+    int8_t *q = t->q + at * QK * lanes + lane * 4;
+    for (int k = 0; k < QK / 4; k++) memcpy(q + k * lanes * 4, b->qs + 4 * k, 4);
+    if (t->s32)
+      for (int s = 0; s < 8; s++) t->s32[(at * 8 + s) * lanes + lane] = b->bsums[2 * s] + b->bsums[2 * s + 1];
+    else
+      for (int s = 0; s < 16; s++) t->s16[(at * 16 + s) * lanes + lane] = -32 * b->bsums[s];
+  }
+}
+
+/* activation row `task`: quantized, and placed in the tiles when the tiled product runs */
+static void prep_task(void *data, size_t task) {
+  const job *jb = data;
+  const int64_t row = (int64_t)task;
+  quantize_for()(jb->x + row * jb->k, jb->xq + row * jb->nb, jb->k);
+  if (jb->gemm) tile_row((tiles *)&jb->tl, jb->xq + row * jb->nb, row);
+}
+
+static void run_task(void *data, size_t task) {
+  const job *jb = data;
+  const int64_t r0 = (int64_t)task * jb->rows_per_task;
+  const int64_t r1 = r0 + jb->rows_per_task < jb->n ? r0 + jb->rows_per_task : jb->n;
+  if (jb->gemm) run_rows_tiled(jb, r0, r1);
+  else run_rows(jb, r0, r1);
+}
+
+static void release(job *jb) {
+  free(jb->xq);
+  free(jb->tl.q);
+  free(jb->tl.d);
+  free(jb->tl.s32);
+  free(jb->tl.s16);
+}
+
+/* 0, or why the shapes cannot be multiplied */
+static const char *prepare(job *jb, int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
+                           const float *x, int64_t m, float *y, float alpha) {
+  memset(jb, 0, sizeof *jb);
+  jb->type = (int)type;
+  jb->dot = dot_for((int)type);
+  if (!jb->dot) return "KQuantMatMul: unsupported ggml_type (Q4_K = 12 and Q6_K = 14 are)";
+  if (k <= 0 || k % QK) return "KQuantMatMul: K must be a positive multiple of 256";
+  jb->nb = k / QK;
+  jb->row_bytes = jb->nb * block_bytes(type);
+  if (n <= 0 || w_bytes != n * jb->row_bytes) return "KQuantMatMul: the blocks are not N rows of K/256 blocks";
+  jb->xq = malloc((size_t)(m > 0 ? m : 1) * (size_t)jb->nb * sizeof(block_q8_k));
+  if (!jb->xq) return "KQuantMatMul: out of memory";
+  jb->gemm = m >= GEMM_MIN_ROWS ? gemm_for() : NULL;
+  if (jb->gemm && !alloc_tiles(&jb->tl, jb->type, m, jb->nb, gemm_lanes())) {
+    release(jb);
+    return "KQuantMatMul: out of memory";
+  }
+  jb->w = w;
+  jb->x = x;
+  jb->n = n;
+  jb->k = k;
+  jb->m = m;
+  jb->y = y;
+  jb->alpha = alpha;
+  jb->rows_per_task = n;
+  return 0;
+}
+
+/* ---- the entry points ctypes calls (tests, tools) ---- */
+
+KQ_EXPORT int hexrag_kq_path(void) { return current_path(); }
+
+/* forces a path for tests; returns the path now in use (an unavailable one is refused) */
+KQ_EXPORT int hexrag_kq_force_path(int path) {
+  if (path >= 0 && path < KQ_PATH_COUNT && path_available(path)) kq_path = path;
+  return current_path();
+}
+
+KQ_EXPORT int64_t hexrag_kq_block_bytes(int64_t type) { return block_bytes(type); }
+
+/* y[m, n] = alpha · x[m, k] · Wᵀ on the calling thread; returns 0 or an error message */
+KQ_EXPORT const char *hexrag_kq_matmul(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
+                                       const float *x, int64_t m, float *y, float alpha) {
+  job jb;
+  const char *err = prepare(&jb, type, w, w_bytes, n, k, x, m, y, alpha);
+  if (err) return err;
+  for (int64_t i = 0; i < m; i++) prep_task(&jb, (size_t)i);
+  run_task(&jb, 0);
+  release(&jb);
+  return 0;
+}
+
+/* ---- the ONNX Runtime custom op ---- */
+
+typedef struct {
+  OrtApi api;
+  int64_t type, n, k;
+  float alpha;
+} kernel;
+
+static OrtStatus *fail(OrtApi api, const char *msg) {
+  return ORT_FN(api, ORT_CreateStatus, OrtCreateStatusFn)(ORT_INVALID_ARGUMENT, msg);
+}
+
+static OrtStatus *create_kernel(const OrtCustomOp16 *op, OrtApi api, const OrtKernelInfo *info, void **out) {
+  (void)op;
+  kernel *kn = calloc(1, sizeof *kn);
+  if (!kn) return fail(api, "KQuantMatMul: out of memory");
+  kn->api = api;
+  OrtKernelInfoGetAttributeInt64Fn get_int = ORT_FN(api, ORT_KernelInfoGetAttribute_int64,
+                                                    OrtKernelInfoGetAttributeInt64Fn);
+  const char *names[3] = {"ggml_type", "N", "K"};
+  int64_t *slots[3] = {&kn->type, &kn->n, &kn->k};
+  for (int i = 0; i < 3; i++) {
+    OrtStatus *st = get_int(info, names[i], slots[i]);
+    if (st) {
+      free(kn);
+      return st;
+    }
+  }
+  OrtStatus *st = ORT_FN(api, ORT_KernelInfoGetAttribute_float, OrtKernelInfoGetAttributeFloatFn)(
+      info, "alpha", &kn->alpha);
+  if (st) { /* optional */
+    ORT_FN(api, ORT_ReleaseStatus, OrtReleaseStatusFn)(st);
+    kn->alpha = 1.f;
+  }
+  if (!dot_for((int)kn->type) || kn->k % QK) {
+    free(kn);
+    return fail(api, "KQuantMatMul: unsupported ggml_type or K not a multiple of 256");
+  }
+  *out = kn;
+  return 0;
+}
+
+#define TRY(call)                  \
+  do {                             \
+    OrtStatus *st_ = (call);       \
+    if (st_) return st_;           \
+  } while (0)
+
+static OrtStatus *compute(void *kernel_, OrtKernelContext *ctx) {
+  const kernel *kn = kernel_;
+  OrtApi api = kn->api;
+  const OrtValue *xv, *wv;
+  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 0, &xv));
+  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 1, &wv));
+  int64_t dims[8];
+  size_t rank = 0, w_count = 0;
+  OrtTensorTypeAndShapeInfo *info;
+  TRY(ORT_FN(api, ORT_GetTensorTypeAndShape, OrtGetTensorTypeAndShapeFn)(xv, &info));
+  OrtStatus *st = ORT_FN(api, ORT_GetDimensionsCount, OrtGetDimensionsCountFn)(info, &rank);
+  if (!st && (rank < 1 || rank > 8)) st = fail(api, "KQuantMatMul: x must have rank 1 to 8");
+  if (!st) st = ORT_FN(api, ORT_GetDimensions, OrtGetDimensionsFn)(info, dims, rank);
+  ORT_FN(api, ORT_ReleaseTensorTypeAndShapeInfo, OrtReleaseTensorTypeAndShapeInfoFn)(info);
+  if (st) return st;
+  TRY(ORT_FN(api, ORT_GetTensorTypeAndShape, OrtGetTensorTypeAndShapeFn)(wv, &info));
+  st = ORT_FN(api, ORT_GetTensorShapeElementCount, OrtGetTensorShapeElementCountFn)(info, &w_count);
+  ORT_FN(api, ORT_ReleaseTensorTypeAndShapeInfo, OrtReleaseTensorTypeAndShapeInfoFn)(info);
+  if (st) return st;
+  if (dims[rank - 1] != kn->k) return fail(api, "KQuantMatMul: x's last dimension is not K");
+  int64_t m = 1;
+  for (size_t i = 0; i + 1 < rank; i++) m *= dims[i];
+  dims[rank - 1] = kn->n;
+  OrtValue *yv;
+  TRY(ORT_FN(api, ORT_KernelContext_GetOutput, OrtKernelContextGetOutputFn)(ctx, 0, dims, rank, &yv));
+  void *x, *w, *y;
+  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)xv, &x));
+  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)wv, &w));
+  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)(yv, &y));
+  if (m == 0) return 0;
+  job jb;
+  const char *err = prepare(&jb, kn->type, w, (int64_t)w_count, kn->n, kn->k, x, m, y, kn->alpha);
+  if (err) return fail(api, err);
+  /* tasks of whole rows, enough of them for the pool to balance a shared CPU */
+  /* tasks of whole rows (a multiple of 4: the tiled product takes up to four at a time), enough of
+   * them for the pool to balance a shared CPU */
+  jb.rows_per_task = (kn->n / 64 > 8 ? kn->n / 64 : 8) & ~(int64_t)3;
+  const size_t tasks = (size_t)((kn->n + jb.rows_per_task - 1) / jb.rows_per_task);
+  OrtKernelContextParallelForFn parallel_for = ORT_FN(api, ORT_KernelContext_ParallelFor,
+                                                      OrtKernelContextParallelForFn);
+  st = parallel_for(ctx, prep_task, (size_t)m, 0, &jb);
+  if (!st) st = parallel_for(ctx, run_task, tasks, 0, &jb);
+  release(&jb);
+  return st;
+}
+
+static void destroy_kernel(void *kn) { free(kn); }
+static const char *op_name(const OrtCustomOp16 *op) { (void)op; return "KQuantMatMul"; }
+static const char *op_provider(const OrtCustomOp16 *op) { (void)op; return "CPUExecutionProvider"; }
+static int input_type(const OrtCustomOp16 *op, size_t i) { (void)op; return i == 0 ? ORT_TENSOR_FLOAT : ORT_TENSOR_UINT8; }
+static size_t input_count(const OrtCustomOp16 *op) { (void)op; return 2; }
+static int output_type(const OrtCustomOp16 *op, size_t i) { (void)op; (void)i; return ORT_TENSOR_FLOAT; }
+static size_t output_count(const OrtCustomOp16 *op) { (void)op; return 1; }
+static int required(const OrtCustomOp16 *op, size_t i) { (void)op; (void)i; return ORT_IO_REQUIRED; }
+static int zero_int(const OrtCustomOp16 *op) { (void)op; return 0; }
+static int default_memory(const OrtCustomOp16 *op, size_t i) { (void)op; (void)i; return 0; }
+
+static const OrtCustomOp16 kquant_op = {
+    .version = 16,
+    .GetName = op_name,
+    .GetExecutionProviderType = op_provider,
+    .GetInputType = input_type,
+    .GetInputTypeCount = input_count,
+    .GetOutputType = output_type,
+    .GetOutputTypeCount = output_count,
+    .KernelDestroy = destroy_kernel,
+    .GetInputCharacteristic = required,
+    .GetOutputCharacteristic = required,
+    .GetInputMemoryType = default_memory,
+    .GetVariadicInputMinArity = zero_int,
+    .GetVariadicInputHomogeneity = zero_int,
+    .GetVariadicOutputMinArity = zero_int,
+    .GetVariadicOutputHomogeneity = zero_int,
+    .CreateKernelV2 = create_kernel,
+    .KernelComputeV2 = compute,
+};
+
+KQ_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
+  OrtApi api = base->GetApi(ORT_API_VERSION_USED);
+  if (!api) {
+    fprintf(stderr, "hexrag kquant: this ONNX Runtime predates C API version %d\n", ORT_API_VERSION_USED);
+    return 0;
+  }
+  /* one domain for the process: ONNX Runtime keeps a pointer to it in every session */
+  static OrtCustomOpDomain *domain;
+  if (!domain) {
+    TRY(ORT_FN(api, ORT_CreateCustomOpDomain, OrtCreateCustomOpDomainFn)("hexrag", &domain));
+    OrtStatus *st = ORT_FN(api, ORT_CustomOpDomain_Add, OrtCustomOpDomainAddFn)(domain, &kquant_op);
+    if (st) {
+      domain = 0;
+      return st;
+    }
+  }
+  return ORT_FN(api, ORT_AddCustomOpDomain, OrtAddCustomOpDomainFn)(options, domain);
+}

@@ -1,0 +1,142 @@
+"""The K-quant kernel library (runtime/kquant) against an independent reference: gguf's own numpy
+dequantization of the same blocks, times activations quantized the textbook way (per 256 values,
+int8 at 127 / max |x|, round half to even). Every vector path this CPU has and the portable C path
+are run; the library is built by `pip install -e .`, so a checkout without it fails here rather
+than passing on the fallback unnoticed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+from onnx import TensorProto, helper, numpy_helper
+
+from runtime import kquant
+
+TYPES = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q6_K: GGMLQuantizationType.Q6_K}
+
+
+def random_blocks(ggml_type: int, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """n rows of k/256 blocks with random codes and scales, and block scales of a real model's size."""
+    nb = k // 256
+    d = (rng.uniform(1e-3, 2e-2, (n, nb))).astype(np.float16).view(np.uint8).reshape(n, nb, 2)
+    if ggml_type == kquant.Q4_K:  # d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of 4-bit codes
+        dmin = (rng.uniform(1e-3, 2e-2, (n, nb))).astype(np.float16).view(np.uint8).reshape(n, nb, 2)
+        rest = rng.integers(0, 256, (n, nb, 140), dtype=np.uint8)
+        blocks = np.concatenate([d, dmin, rest], axis=-1)
+    else:  # 128 + 64 bytes of 6-bit codes, 16 int8 scales, d
+        rest = rng.integers(0, 256, (n, nb, 208), dtype=np.uint8)
+        blocks = np.concatenate([rest, d], axis=-1)
+    return np.ascontiguousarray(blocks.reshape(n, -1))
+
+
+def reference(blocks: np.ndarray, ggml_type: int, n: int, k: int, x: np.ndarray) -> np.ndarray:
+    w = dequantize(blocks, TYPES[ggml_type]).reshape(n, k).astype(np.float64)
+    b = x.reshape(x.shape[0], -1, 256).astype(np.float32)
+    amax = np.abs(b).max(-1, keepdims=True)
+    iscale = np.float32(127) / np.where(amax > 0, amax, 1).astype(np.float32)
+    xq = (np.rint(b * iscale) / iscale * (amax > 0)).reshape(x.shape)
+    return xq.astype(np.float64) @ w.T
+
+
+def paths() -> list[str]:
+    assert kquant.available(), "the kernel library was not built: run `pip install -e .` with a C compiler"
+    best = kquant.kernel_path()
+    return [p for p in kquant.PATHS[:kquant.PATHS.index(best) + 1]]
+
+
+@pytest.fixture(params=["scalar", "avx2", "avxvnni", "avx512"])
+def path(request):
+    if request.param not in paths():
+        pytest.skip(f"this CPU has no {request.param}")
+    best = kquant.kernel_path()
+    assert kquant.force_path(request.param) == request.param
+    yield request.param
+    kquant.force_path(best)
+
+
+@pytest.mark.parametrize("ggml_type", [kquant.Q4_K, kquant.Q6_K])
+# 1-7 tokens: row by row, 1-4 sharing a block; from 8 on: the tiled product, 150 tokens of K=10240 in
+# several cache-sized tiles; an odd N leaves one weight row without a partner
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 8, 45, 150])
+def test_matmul_equals_the_dequantized_product(path, ggml_type, m):
+    rng = np.random.default_rng(ggml_type * 100 + m)
+    n, k = 25, 256 * 40
+    blocks = random_blocks(ggml_type, n, k, rng)
+    x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
+    x[0, :256] = 0  # an all-zero block of activations
+    y = kquant.matmul(blocks, ggml_type, n, k, x, alpha=0.5)
+    ref = 0.5 * reference(blocks, ggml_type, n, k, x)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_every_path_is_exactly_the_integer_dot_product_up_to_float_order():
+    rng = np.random.default_rng(7)
+    n, k = 64, 1536
+    for ggml_type in (kquant.Q4_K, kquant.Q6_K):
+        blocks = random_blocks(ggml_type, n, k, rng)
+        x = rng.standard_normal((5, k)).astype(np.float32)
+        best = kquant.kernel_path()
+        outs = {}
+        for p in paths():
+            kquant.force_path(p)
+            outs[p] = kquant.matmul(blocks, ggml_type, n, k, x)
+        kquant.force_path(best)
+        for p, y in outs.items():
+            np.testing.assert_allclose(y, outs["scalar"], rtol=2e-6, atol=2e-6 * np.abs(y).max(), err_msg=p)
+
+
+def test_bad_shapes_are_refused():
+    rng = np.random.default_rng(1)
+    blocks = random_blocks(kquant.Q4_K, 4, 512, rng)
+    with pytest.raises(ValueError, match="N rows"):
+        kquant.matmul(blocks[:, :-1], kquant.Q4_K, 4, 512, np.zeros((1, 512), np.float32))
+    with pytest.raises(ValueError, match="multiple of 256"):
+        kquant.matmul(blocks, kquant.Q4_K, 4, 500, np.zeros((1, 500), np.float32))
+    with pytest.raises(ValueError, match="unsupported"):
+        kquant.matmul(blocks, 2, 4, 512, np.zeros((1, 512), np.float32))
+
+
+def _op_model(blocks: np.ndarray, ggml_type: int, n: int, k: int, alpha: float) -> bytes:
+    node = helper.make_node(kquant.OP, ["x", "w"], ["y"], domain=kquant.DOMAIN, ggml_type=ggml_type, N=n, K=k,
+                            alpha=alpha)
+    graph = helper.make_graph([node], "kq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", n])],
+                              [numpy_helper.from_array(blocks, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(kquant.DOMAIN, 1)])
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_onnx_runtime_op_computes_the_product_on_the_session_threads(threads):
+    rng = np.random.default_rng(3)
+    n, k = 1000, 768  # rows that do not divide into the op's tasks evenly
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    assert kquant.register(so)
+    for ggml_type in (kquant.Q4_K, kquant.Q6_K):
+        blocks = random_blocks(ggml_type, n, k, rng)
+        session = ort.InferenceSession(_op_model(blocks, ggml_type, n, k, 0.125), so,
+                                       providers=["CPUExecutionProvider"])
+        x = rng.standard_normal((2, 3, k)).astype(np.float32)
+        y = session.run(None, {"x": x})[0]
+        assert y.shape == (2, 3, n)
+        ref = 0.125 * reference(blocks, ggml_type, n, k, x.reshape(-1, k)).reshape(2, 3, n)
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_the_op_refuses_blocks_that_do_not_match_its_shape():
+    rng = np.random.default_rng(4)
+    blocks = random_blocks(kquant.Q6_K, 8, 512, rng)
+    so = ort.SessionOptions()
+    kquant.register(so)
+    session = ort.InferenceSession(_op_model(blocks[:7], kquant.Q6_K, 8, 512, 1.0), so,
+                                   providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="N rows of K/256 blocks"):
+        session.run(None, {"x": np.zeros((1, 1, 512), np.float32)})
