@@ -24,6 +24,8 @@ def device(model_dirs: tuple[Path, ...], as_json: bool) -> None:
         return
     soc, htp = report.soc, report.htp
     click.echo(f"cpu        {report.machine} ({report.system})")
+    kernels = f"{report.cpu_kernels} path" if report.cpu_kernels else "not built (int4 uses ONNX Runtime's kernels)"
+    click.echo(f"kquant     hexrag's K-quant kernels: {kernels}")
     if soc is None:
         click.echo("soc        none (/sys/devices/soc0 is absent)")
     else:

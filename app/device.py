@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from runtime import kquant
 from runtime.qnn_targets import TARGETS, resolve_target
 from app.settings import Settings
 from models.manifest import ManifestError, TargetBuild, TargetSpec, load_manifest
@@ -89,6 +90,7 @@ class BackendChoice(BaseModel):
 class DeviceReport(BaseModel):
     machine: str
     system: str
+    cpu_kernels: str | None = None  # the K-quant kernels' vector path here (runtime/kquant); None: not built
     soc: SocInfo | None
     htp: HtpStatus
     models: list[ModelTargets]
@@ -297,7 +299,7 @@ def device_report(models: list[Path] | None = None, sysfs: Path = SOC0) -> Devic
     soc = read_soc(sysfs)
     status = probe_htp(soc)
     return DeviceReport(
-        machine=machine, system=_system(), soc=soc, htp=status,
+        machine=machine, system=_system(), cpu_kernels=kquant.kernel_path(), soc=soc, htp=status,
         models=[model_targets(m, soc.target if soc else None) for m in models],
         auto=choose_backend(models, machine=machine, soc=soc, probe=lambda: status))
 

@@ -15,6 +15,7 @@ from knowledge.sample_kb import sample_kb
 from models import home
 from models.contract import contract_mismatch
 from models.manifest import ManifestError, load_manifest
+from runtime import kquant
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,10 @@ def _ready(model_dir: Path, quant: str = "none") -> bool:
     stale = contract_mismatch(m) if m.kind == "llm" else None
     if stale:
         log.info("not reusing %s: %s", model_dir, stale)
+        return False
+    blocks = m.quantization.blocks
+    if quant == "int4" and kquant.available() and blocks is not None and not blocks.kquant_kernels:
+        log.info("not reusing %s: built without hexrag's K-quant kernels, which are here now", model_dir)
         return False
     return True
 

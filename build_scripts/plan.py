@@ -37,8 +37,8 @@ class FloatGraphs(_Plan):
 
 
 class CpuBlocks(_Plan):
-    """MatMulNBits graphs for the CPU backend, made while the graphs are built (LLMs; a GGUF's
-    blocks are kept exactly)."""
+    """Block-quantized graphs for the CPU backend (KQuantMatMul / MatMulNBits), made while the graphs
+    are built (LLMs; a GGUF's blocks are kept exactly)."""
 
     kind: Literal["cpu-blocks"] = "cpu-blocks"
     recipe: Literal[tuple(CPU_RECIPES)]  # a name of graph/blocks.CPU_RECIPES

@@ -114,10 +114,13 @@ def tiny_vocab_size() -> int:
 # ----------------------------------------------------------------------------------------------
 
 
-def tiny_decoder_weights(arch: str = "llama", seed: int = 0, tied: bool = True) -> dict[str, np.ndarray]:
-    """Random HF-layout Llama/Qwen2 weights; scales chosen so activations stay O(1) but varied."""
+def tiny_decoder_weights(arch: str = "llama", seed: int = 0, tied: bool = True, hidden: int = HIDDEN,
+                         ffn: int = FFN) -> dict[str, np.ndarray]:
+    """Random HF-layout Llama/Qwen2 weights; scales chosen so activations stay O(1) but varied.
+    `hidden`, `ffn`: other widths (K-quant blocks need inputs of 256 values)."""
     if arch not in ("llama", "qwen2"):
         raise ValueError(arch)
+    HIDDEN, FFN, HEAD_DIM = hidden, ffn, hidden // N_HEAD  # noqa: N806 - the module's names, resized
     rng = np.random.default_rng(seed)
     randn = lambda *shape, std: (rng.standard_normal(shape) * std).astype(np.float32)  # noqa: E731
     norm = lambda: (1.0 + rng.standard_normal(HIDDEN) * 0.1).astype(np.float32)  # noqa: E731
@@ -152,18 +155,23 @@ def permute_qk_for_gguf(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, tied: bool = True,
-                    qtype: str = "F32", embed_qtype: str | None = None) -> dict[str, np.ndarray]:
+                    qtype: str = "F32", embed_qtype: str | None = None, hidden: int = HIDDEN,
+                    ffn: int = FFN) -> dict[str, np.ndarray]:
     """Write a llama.cpp-style GGUF of the tiny decoder; returns the HF-layout weights.
-    `embed_qtype`: the token embedding's own type (SmolLM2's Q4_1 file keeps it Q8_0)."""
+    `embed_qtype`: the token embedding's own type (SmolLM2's Q4_1 file keeps it Q8_0).
+    `qtype="Q4_K_M"`: llama.cpp's mix (Q6_K for attn_v, ffn_down and the LM head, Q4_K elsewhere);
+    it needs `hidden` and `ffn` multiples of 256."""
     import gguf
 
     qtype = qtype.upper()
     file_types = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                   "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-                  "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1}
+                  "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M}
     if qtype not in file_types:
         raise ValueError(f"qtype must be one of {list(file_types)}")
-    hf = tiny_decoder_weights(arch, seed, tied)
+    HIDDEN, FFN, HEAD_DIM = hidden, ffn, hidden // N_HEAD  # noqa: N806 - the module's names, resized
+    hf = tiny_decoder_weights(arch, seed, tied, hidden, ffn)
+    mix = qtype == "Q4_K_M"
     tokens, types, merges = tiny_bpe_vocab()
 
     wr = gguf.GGUFWriter(str(path), arch)  # also writes general.architecture
@@ -196,15 +204,20 @@ def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, tied: 
     def put(name: str, arr: np.ndarray, kind: str = qtype) -> None:
         # llama.cpp keeps 1-D tensors (norms, biases) in F32 whatever the file type
         arr = np.ascontiguousarray(arr, dtype=np.float32)
+        if kind == "Q4_K_M":
+            kind = "Q6_K" if name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")) else "Q4_K"
         if arr.ndim == 1 or kind == "F32":
             wr.add_tensor(name, arr)
         elif kind == "F16":
             wr.add_tensor(name, arr.astype(np.float16))
+        elif kind in K_QUANTIZERS:  # gguf-py reads K-quants but does not write them
+            raw = K_QUANTIZERS[kind](arr)
+            wr.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType[kind])
         else:
             q = gguf.GGMLQuantizationType[kind]
             wr.add_tensor(name, gguf.quants.quantize(arr, q), raw_dtype=q)
 
-    put("token_embd.weight", hf["model.embed_tokens.weight"], embed_qtype or qtype)
+    put("token_embd.weight", hf["model.embed_tokens.weight"], embed_qtype or ("Q4_K" if mix else qtype))
     for i in range(N_LAYER):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         put(b + "attn_norm.weight", hf[p + "input_layernorm.weight"])
@@ -513,3 +526,49 @@ def write_tiny_e5(path: str | Path, seed: int = 0) -> dict[str, np.ndarray]:
         data += blob
     Path(path).write_bytes(head + entries + data)
     return w
+
+
+# ---- K-quant blocks for test files: plain round-to-nearest (llama.cpp searches its scales; the
+# layout, which is what the readers under test decode, is the same) ----
+
+def quantize_q4_k(w: np.ndarray) -> np.ndarray:
+    """float [N, K] (K % 256 == 0) -> Q4_K rows (uint8 [N, K/256 · 144]): per 32 weights
+    w ≈ d·sc·q − dmin·m with 6-bit sc, m and 4-bit q."""
+    n = w.shape[0]
+    x = w.reshape(n, -1, 8, 32).astype(np.float32)
+    mins = np.maximum(-x.min(-1), 0)
+    scale = (x.max(-1) + mins) / 15
+    d = np.maximum(scale.max(-1), 1e-8) / 63
+    dmin = np.maximum(mins.max(-1), 1e-8) / 63
+    sc = np.clip(np.rint(scale / d[..., None]), 1, 63).astype(np.uint8)
+    mn = np.clip(np.rint(mins / dmin[..., None]), 0, 63).astype(np.uint8)
+    step = (d[..., None] * sc)[..., None]
+    q = np.clip(np.rint((x + (dmin[..., None] * mn)[..., None]) / step), 0, 15).astype(np.uint8)
+    packed = np.empty((*sc.shape[:-1], 12), np.uint8)  # scales 0-3 | mins 0-3 | low nibbles of 4-7
+    packed[..., 0:4] = (sc[..., :4] & 63) | ((sc[..., 4:] >> 4) << 6)
+    packed[..., 4:8] = (mn[..., :4] & 63) | ((mn[..., 4:] >> 4) << 6)
+    packed[..., 8:12] = (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)
+    qs = (q[..., 0::2, :] | (q[..., 1::2, :] << 4)).reshape(*q.shape[:2], 128)  # sub-blocks 2j | 2j+1
+    head = np.stack([d, dmin], -1).astype(np.float16).view(np.uint8)
+    return np.concatenate([head, packed, qs], -1).reshape(n, -1)
+
+
+def quantize_q6_k(w: np.ndarray) -> np.ndarray:
+    """float [N, K] (K % 256 == 0) -> Q6_K rows (uint8 [N, K/256 · 210]): per 16 weights
+    w ≈ d·sc·(q − 32) with int8 sc and 6-bit q."""
+    n = w.shape[0]
+    x = w.reshape(n, -1, 16, 16).astype(np.float32)
+    scale = np.abs(x).max(-1) / 31
+    d = np.maximum(np.abs(scale).max(-1), 1e-8) / 127
+    sc = np.clip(np.rint(scale / d[..., None]), 1, 127).astype(np.int8)
+    q = (np.clip(np.rint(x / (d[..., None] * sc)[..., None]), -32, 31) + 32).astype(np.uint8)
+    q = q.reshape(*q.shape[:2], 2, 4, 32)  # halves of 128, quarters of 32
+    ql = np.concatenate([q[..., 0, :] & 15 | (q[..., 2, :] & 15) << 4,
+                         q[..., 1, :] & 15 | (q[..., 3, :] & 15) << 4], -1).reshape(*q.shape[:2], 128)
+    qh = (q[..., 0, :] >> 4 | (q[..., 1, :] >> 4) << 2 | (q[..., 2, :] >> 4) << 4
+          | (q[..., 3, :] >> 4) << 6).reshape(*q.shape[:2], 64)
+    tail = d.astype(np.float16)[..., None].view(np.uint8)
+    return np.concatenate([ql, qh, sc.view(np.uint8), tail], -1).reshape(n, -1)
+
+
+K_QUANTIZERS = {"Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}

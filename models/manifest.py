@@ -182,7 +182,7 @@ class QuantizationSpec(BaseModel):
     I/O encodings, and the record of the step that did it (`ptq` or `blocks`, models/ptq.py)."""
 
     recipe: str = "none"  # none | int4 | int8 (CPU blocks) | a PTQ recipe (w8a16 ...) | external (QAIRT binaries)
-    format: str | None = None  # MatMulNBits: the CPU target's graphs
+    format: str | None = None  # the CPU target's graphs: MatMulNBits, or KQuantMatMul (needs runtime/kquant)
     kv_cache: KVCacheSpec | None = None
     io: dict[str, dict[str, IOEncoding]] = Field(default_factory=dict)  # graph -> I/O tensor -> encoding
     ptq: PtqRecord | None = None  # build_scripts/quantize
@@ -195,7 +195,7 @@ class QuantizationSpec(BaseModel):
 
     @property
     def cpu_blocks(self) -> bool:
-        return self.format == "MatMulNBits"
+        return self.format in ("MatMulNBits", "KQuantMatMul")
 
 
 class ManifestMetrics(BaseModel):

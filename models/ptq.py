@@ -126,6 +126,7 @@ class CpuBlocksRecord(BaseModel):
     description: str
     weights: dict[str, int]  # where the blocks came from -> weights
     linear_bytes: int
+    kquant_kernels: bool = False  # built with hexrag's K-quant kernels at hand (runtime/kquant)
 
 
 class QualityMetrics(BaseModel):

@@ -20,6 +20,7 @@ from build_scripts.quantize.source_grid import grid_of
 from models.manifest import load_manifest
 from runtime.decoder import Decoder
 from runtime.errors import RuntimeModelError
+from runtime import kquant
 from runtime.profile import profile_decode
 from build_scripts import tiny_models as tm
 from tests.reference import RefDecoder
@@ -96,6 +97,56 @@ def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp
     for step, got in enumerate(logits):
         c = cosine(got, expected[len(prompt) - 1 + step])
         assert c >= 0.995, f"step {step}: cosine {c:.5f}"
+
+
+@pytest.fixture(scope="module")
+def q4_k_m_source(tmp_path_factory):
+    """llama.cpp's Q4_K_M mix (Qwen2.5's default packaging) on a decoder wide enough for K-quant blocks."""
+    path = tmp_path_factory.mktemp("q4km") / "q4km.gguf"
+    tm.write_tiny_gguf(path, arch="qwen2", seed=13, tied=False, qtype="Q4_K_M", hidden=256, ffn=512)
+    return path
+
+
+def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path, monkeypatch):
+    """`--quant int4` with the kernel library built: every K-quant layer one KQuantMatMul over the
+    file's own bytes (no float scales, no min-term nodes), logits as close to the file's weights as
+    the MatMulNBits build's."""
+    out = tmp_path / "kq"
+    build_llm(q4_k_m_source, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
+    q = load_manifest(out).quantization
+    assert q.format == "KQuantMatMul" and q.cpu_blocks and q.blocks.kquant_kernels
+    assert q.blocks.weights == {"gguf Q4_K (exact, K-quant kernels)": 5 * tm.N_LAYER,
+                                "gguf Q6_K (exact, K-quant kernels)": 2 * tm.N_LAYER + 1}
+    graph = onnx.load(str(out / "step.onnx"), load_external_data=False)
+    ops = [n.op_type for n in graph.graph.node]
+    # q, k (Q4_K) and v (Q6_K) one op each (one type per op), gate/up stacked, o, down, the LM head
+    assert ops.count("KQuantMatMul") == 6 * tm.N_LAYER + 1 and "MatMulNBits" not in ops and "ReduceSum" not in ops
+    raw = {t.name: t for t in graph.graph.initializer if t.name.endswith(".kq")}
+    assert q.blocks.linear_bytes == sum(int(np.prod(t.dims)) for t in raw.values())  # the file's bytes, nothing else
+    build_llm(q4_k_m_source, tmp_path / "i4", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False,
+              quant="int4-matmulnbits")
+    nbits = load_manifest(tmp_path / "i4").quantization
+    assert nbits.format == "MatMulNBits" and nbits.blocks.weights == {"gguf Q4_K (exact)": 5 * tm.N_LAYER,
+                                                                      "gguf Q6_K (exact)": 2 * tm.N_LAYER + 1}
+    prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
+    tokens, logits = run_greedy(out, prompt, 8)
+    expected = RefDecoder.from_gguf(q4_k_m_source).logits(tokens)
+    _, nbits = run_greedy(tmp_path / "i4", tokens[:len(prompt)], 8)
+    for step, got in enumerate(logits):
+        ref = expected[len(prompt) - 1 + step]
+        assert cosine(got, ref) >= 0.995, f"step {step}: cosine {cosine(got, ref):.5f}"
+        assert cosine(got, ref) >= cosine(nbits[step], ref) - 0.002
+    # a machine where the library did not build says so instead of failing inside ONNX Runtime, and
+    # builds MatMulNBits graphs
+    monkeypatch.setattr(kquant, "library_path", lambda: None)
+    with pytest.raises(RuntimeModelError, match="K-quant kernels, which were not built"):
+        Decoder(out)
+    build_llm(q4_k_m_source, tmp_path / "no-lib", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False,
+              quant="int4")
+    fallback = load_manifest(tmp_path / "no-lib").quantization
+    assert fallback.format == "MatMulNBits" and not fallback.blocks.kquant_kernels
+    monkeypatch.undo()  # the kernels are here again: quickstart rebuilds what was built without them
+    assert not _ready(tmp_path / "no-lib", "int4") and _ready(out, "int4")
 
 
 def test_int4_requant_drops_the_min_term(q4_sources, tmp_path):

@@ -33,6 +33,17 @@ BLOCK = 32  # GGUF's block size
 
 
 @dataclass
+class RawBlocks:
+    """Rows of GGUF K-quant blocks as the file stores them (the KQuantMatMul op's weight)."""
+
+    rows: np.ndarray  # uint8 [N, K/256 · block bytes]
+    ggml_type: int
+    n: int
+    k: int
+    alpha: float  # the constant folded in, applied to the output
+
+
+@dataclass
 class BlockWeight:
     codes: np.ndarray  # uint8 [N, K/block, block·bits/8]
     scales: np.ndarray  # float32 [N, K/block]
@@ -166,8 +177,14 @@ def from_gguf(qtype: str, raw: np.ndarray) -> BlockWeight | None:
 
 
 CPU_RECIPES = {
-    "int4": "GGUF blocks mapped exactly where they are Q4_0/Q4_1/Q4_K/Q6_K/Q8_0, anything else re-quantized "
-            "to 4-bit blocks of 32 (8-bit for the LM head and Q5 types); integer kernels (accuracy level 4)",
+    "int4": "GGUF blocks kept exactly: Q4_K/Q6_K as the file stores them, multiplied by hexrag's K-quant kernels "
+            "(KQuantMatMul, int8 activations per 256 values) where they are built; Q4_0/Q4_1/Q8_0 (and Q4_K/Q6_K "
+            "without the kernels) mapped onto MatMulNBits (integer kernels, accuracy level 4); anything else "
+            "re-quantized to 4-bit blocks of 32 (8-bit for the LM head and Q5 types)",
+    # the int4 build before hexrag had its own kernels: every layer on ONNX Runtime's MatMulNBits (a K-quant
+    # block as float scales per 32 weights and a min term), kept to compare with and for machines without them
+    "int4-matmulnbits": "int4 with every layer on ONNX Runtime's MatMulNBits (GGUF Q4_K/Q6_K blocks mapped "
+                        "exactly, with a min term); integer kernels (accuracy level 4)",
     "int8": "8-bit blocks of 32 for every linear layer and the LM head (GGUF Q8_0/Q6_K exact); "
             "integer kernels (accuracy level 4)",
     # ONNX Runtime GenAI's int4 layout: no min term, no 8-bit blocks, the LM head 4-bit too (an 8-bit
@@ -177,6 +194,9 @@ CPU_RECIPES = {
                     "zero points (round-to-nearest from the GGUF's values, Q4_0 kept); integer kernels "
                     "(accuracy level 4)",
 }
+# the GGUF types the K-quant kernels read -> GGML's type number (the op's ggml_type)
+KQUANT_TYPES = {"Q4_K": 12, "Q6_K": 14}
+KQUANT_BLOCK = 256
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations: the fast integer kernels
 
 
@@ -185,15 +205,19 @@ class BlockRecipe:
     read the same input (q/k/v, gate/up) into one weight when their formats agree, and records
     where every weight came from for the manifest."""
 
-    def __init__(self, name: str, weights):
+    def __init__(self, name: str, weights, kquant_kernels: bool = False):
+        """`kquant_kernels`: hexrag's K-quant kernel library is built here (runtime/kquant), so int4
+        keeps Q4_K/Q6_K blocks as the file stores them: the file's bytes are the graph's weights."""
         if name not in CPU_RECIPES:
             raise ValueError(f"unknown CPU quantization {name!r} (choose from {', '.join(CPU_RECIPES)})")
         self.name = name
         self.weights = weights
+        self.kquant_kernels = kquant_kernels and name == "int4"
         self.origins: dict[str, str] = {}
         self.shapes: dict[str, tuple] = {}  # weight key -> (bits, block, N, K, zero points?, mins?), once made
         self.rows: dict[str, int] = {}  # layer name -> its N, once made
         self.bytes = 0
+        self.kquant_layers = 0  # layers read by the K-quant kernels
 
     def _plan(self, name: str) -> tuple[tuple[int, int, bool, bool], bool]:
         """(format, exact?) of `name`, decided from how the source stores it."""
@@ -204,13 +228,37 @@ class BlockRecipe:
             if exact and exact[:2] == (4, BLOCK) and not exact[3]:
                 return exact, True
             return (4, BLOCK, True, False), False
-        if exact and (self.name == "int4" or exact[0] == 8):
+        if exact and (self.name in ("int4", "int4-matmulnbits") or exact[0] == 8):
             return exact, True
         bits = 8 if self.name == "int8" or head or stored.startswith("Q5") else 4
         return (bits, BLOCK, bits == 4, False), False
 
     def fusable(self, names: list[str]) -> bool:
-        return len({self._plan(n)[0] for n in names}) == 1
+        kinds = {self.weights.stored_type(n) if self._kquant(n) else self._plan(n)[0] for n in names}
+        return len(kinds) == 1
+
+    def _kquant(self, name: str) -> bool:
+        return self.kquant_kernels and self.weights.stored_type(name) in KQUANT_TYPES
+
+    def raw(self, parts: list[tuple[str, float]]) -> RawBlocks | None:
+        """The layers' K-quant blocks stacked along N, when the recipe reads them with the K-quant
+        kernels: every part of one such type, one constant, K a whole number of blocks. None: use
+        `make` (MatMulNBits)."""
+        if not all(self._kquant(name) for name, _ in parts) or len({s for _, s in parts}) != 1:
+            return None
+        stored = [self.weights.stored(name) for name, _ in parts]
+        qtype = stored[0][0]
+        k = stored[0][1].shape[1] // _LAYOUTS[qtype].itemsize * KQUANT_BLOCK
+        if any(t != qtype for t, _ in stored):
+            return None
+        rows = np.concatenate([np.ascontiguousarray(r) for _, r in stored]) if len(stored) > 1 else stored[0][1]
+        for (name, _), (_, r) in zip(parts, stored):
+            self.origins[name] = f"gguf {qtype} (exact, K-quant kernels)"
+            self.rows[name] = r.shape[0]
+        self.bytes += rows.nbytes
+        self.kquant_layers += len(parts)
+        return RawBlocks(np.ascontiguousarray(rows, dtype=np.uint8), KQUANT_TYPES[qtype], rows.shape[0], k,
+                         parts[0][1])
 
     def _one(self, name: str, scale: float) -> BlockWeight:
         stored, raw = self.weights.stored(name)
@@ -237,5 +285,7 @@ class BlockRecipe:
     def summary(self) -> QuantizationSpec:
         """The manifest's record of the blocks written."""
         record = CpuBlocksRecord(accuracy_level=ACCURACY_LEVEL, description=CPU_RECIPES[self.name],
-                                 weights=dict(Counter(self.origins.values())), linear_bytes=self.bytes)
-        return QuantizationSpec(recipe=self.name, format="MatMulNBits", blocks=record)
+                                 weights=dict(Counter(self.origins.values())), linear_bytes=self.bytes,
+                                 kquant_kernels=self.kquant_kernels)
+        fmt = "KQuantMatMul" if self.kquant_layers else "MatMulNBits"  # KQuantMatMul: needs runtime/kquant
+        return QuantizationSpec(recipe=self.name, format=fmt, blocks=record)

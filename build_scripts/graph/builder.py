@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 21
 MS_DOMAIN = "com.microsoft"
+KQUANT_DOMAIN = "hexrag"  # hexrag's own ops (runtime/kquant: KQuantMatMul)
 _ALIGN = 4096  # page-aligned offsets let ONNX Runtime memory-map the weights
 
 
@@ -141,9 +142,12 @@ class GraphBuilder:
     # ---- result -------------------------------------------------------------------------
     def model(self, doc: str = "") -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.initializers)
+        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)]
+        if any(n.domain == KQUANT_DOMAIN for n in self.nodes):  # only graphs that need the kernel library
+            opsets.append(helper.make_opsetid(KQUANT_DOMAIN, 1))
         model = helper.make_model(
             graph,
-            opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
+            opset_imports=opsets,
             producer_name="hexrag",
             doc_string=doc,
         )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from build_scripts.graph.blocks import ACCURACY_LEVEL
-from build_scripts.graph.builder import MS_DOMAIN, GraphBuilder
+from build_scripts.graph.builder import KQUANT_DOMAIN, MS_DOMAIN, GraphBuilder
 from build_scripts.weights.loaders import Weights
 
 
@@ -57,13 +57,19 @@ def stacked_linear(b: GraphBuilder, x: str, w: Weights, names: list[str], scales
 
 def block_matmul(b: GraphBuilder, x: str, parts: list[tuple[str, float]]) -> str:
     """
-        x ──MatMulNBits(codes, scales, zero points)──(+ block_sums(x)·minsᵀ)──►
+        x ──KQuantMatMul(the GGUF's Q4_K / Q6_K rows)──►                   (hexrag's kernels: runtime/kquant)
+        x ──MatMulNBits(codes, scales, zero points)──(+ block_sums(x)·minsᵀ)──►      (anything else)
 
     `parts`: the layers (name, constant folded in) whose blocks are stacked into this weight.
     The blocks are shared by every graph of the model; the min term exists only for GGUF types
     with a per-block min (Q4_1, Q4_K), see graph/blocks.py.
     """
     key = "+".join(name for name, _ in parts)
+    short = "_".join(name.rsplit(".", 1)[-1] for name, _ in parts)
+    raw = b.blocks.raw(parts)
+    if raw is not None:  # the GGUF's own blocks, read by hexrag's K-quant kernels (runtime/kquant)
+        return b.node("KQuantMatMul", [x, b.weight(f"{key}.kq", lambda: raw.rows)], domain=KQUANT_DOMAIN,
+                      name=short, ggml_type=raw.ggml_type, N=raw.n, K=raw.k, alpha=float(raw.alpha))
     made = []
 
     def blocks():
@@ -75,7 +81,6 @@ def block_matmul(b: GraphBuilder, x: str, parts: list[tuple[str, float]]) -> str
     bits, block, n, k, has_zero, has_mins = b.blocks.shapes[key]  # set once any graph made the blocks
     if has_zero:
         inputs.append(b.weight(f"{key}.zero_points", lambda: blocks().packed_zero_points()))
-    short = "_".join(name.rsplit(".", 1)[-1] for name, _ in parts)
     y = b.node("MatMulNBits", inputs, domain=MS_DOMAIN, name=short,
                K=k, N=n, bits=bits, block_size=block, accuracy_level=ACCURACY_LEVEL)
     if has_mins:
