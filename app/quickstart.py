@@ -75,7 +75,7 @@ def _ready(model_dir: Path, quant: str = "none") -> bool:
         log.info("not reusing %s: %s", model_dir, stale)
         return False
     blocks = m.quantization.blocks
-    if quant == "int4" and kquant.available() and blocks is not None and not blocks.kquant_kernels:
+    if quant == "int4" and kquant.preferred() and blocks is not None and not blocks.kquant_kernels:
         log.info("not reusing %s: built without hexrag's K-quant kernels, which are here now", model_dir)
         return False
     return True

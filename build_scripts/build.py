@@ -111,7 +111,7 @@ def write_llm(weights: str | Path, tmp: Path, context: int, prefill: tuple[int, 
     if not buckets or buckets[-1] < 1 or buckets[0] > context:
         raise BuildError(f"--prefill sizes {list(prefill)} must be between 1 and the context ({context})")
     tok = _tokenizer(model)
-    blocks = BlockRecipe(quant, model.weights, kquant_kernels=kquant.available()) if quant != "none" else None
+    blocks = BlockRecipe(quant, model.weights, kquant_kernels=kquant.preferred()) if quant != "none" else None
     tok_info = save_tokenizer(tok, tmp)
     store = WeightStore(tmp / WEIGHTS_FILE)
     graphs = []

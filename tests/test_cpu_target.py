@@ -145,6 +145,12 @@ def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path,
               quant="int4")
     fallback = load_manifest(tmp_path / "no-lib").quantization
     assert fallback.format == "MatMulNBits" and not fallback.blocks.kquant_kernels
+    # nor a CPU where only the portable C path runs: ONNX Runtime's SIMD kernels are faster there
+    monkeypatch.undo()
+    monkeypatch.setattr(kquant, "kernel_path", lambda: "scalar")
+    build_llm(q4_k_m_source, tmp_path / "scalar", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False,
+              quant="int4")
+    assert load_manifest(tmp_path / "scalar").quantization.format == "MatMulNBits"
     monkeypatch.undo()  # the kernels are here again: quickstart rebuilds what was built without them
     assert not _ready(tmp_path / "no-lib", "int4") and _ready(out, "int4")
 

@@ -178,8 +178,8 @@ def from_gguf(qtype: str, raw: np.ndarray) -> BlockWeight | None:
 
 CPU_RECIPES = {
     "int4": "GGUF blocks kept exactly: Q4_K/Q6_K as the file stores them, multiplied by hexrag's K-quant kernels "
-            "(KQuantMatMul, int8 activations per 256 values) where they are built; Q4_0/Q4_1/Q8_0 (and Q4_K/Q6_K "
-            "without the kernels) mapped onto MatMulNBits (integer kernels, accuracy level 4); anything else "
+            "(KQuantMatMul, int8 activations per 256 values) where they run vectorized; Q4_0/Q4_1/Q8_0 (and Q4_K/Q6_K "
+            "without them) mapped onto MatMulNBits (integer kernels, accuracy level 4); anything else "
             "re-quantized to 4-bit blocks of 32 (8-bit for the LM head and Q5 types)",
     # the int4 build before hexrag had its own kernels: every layer on ONNX Runtime's MatMulNBits (a K-quant
     # block as float scales per 32 weights and a min term), kept to compare with and for machines without them
@@ -206,7 +206,7 @@ class BlockRecipe:
     where every weight came from for the manifest."""
 
     def __init__(self, name: str, weights, kquant_kernels: bool = False):
-        """`kquant_kernels`: hexrag's K-quant kernel library is built here (runtime/kquant), so int4
+        """`kquant_kernels`: hexrag's K-quant kernels run vectorized here (runtime/kquant), so int4
         keeps Q4_K/Q6_K blocks as the file stores them: the file's bytes are the graph's weights."""
         if name not in CPU_RECIPES:
             raise ValueError(f"unknown CPU quantization {name!r} (choose from {', '.join(CPU_RECIPES)})")

@@ -54,6 +54,12 @@ def available() -> bool:
     return library_path() is not None
 
 
+def preferred() -> bool:
+    """The kernels are built and have a vector path here: builds should use them. The portable C path
+    is for correctness, not speed (ONNX Runtime's own kernels beat it on any CPU with SIMD)."""
+    return available() and kernel_path() != "scalar"
+
+
 def kernel_path() -> str | None:
     """The vector path the library runs here ("avx512", "avxvnni", "avx2", "scalar"), None without a library."""
     lib = _lib()
