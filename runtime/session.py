@@ -68,7 +68,7 @@ class GraphSession:
             try:
                 self._session = ort.InferenceSession(str(self.path), so, providers=["CPUExecutionProvider"])
             except Exception as e:  # noqa: BLE001 - ORT raises Fail / InvalidGraph / NotImplemented ...
-                if kquant.OP in str(e) and not kquant.available():
+                if any(op in str(e) for op in kquant.OPS) and not kquant.available():
                     raise RuntimeModelError(f"{self.path.name} uses hexrag's K-quant kernels, which were not built "
                                             f"here (no C compiler at install): reinstall with one, or rebuild the "
                                             f"model here (hexrag build llm --quant int4)") from None

@@ -121,8 +121,11 @@ def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path,
     ops = [n.op_type for n in graph.graph.node]
     # q, k (Q4_K) and v (Q6_K) one op each (one type per op), gate/up stacked, o, down, the LM head
     assert ops.count("KQuantMatMul") == 6 * tm.N_LAYER + 1 and "MatMulNBits" not in ops and "ReduceSum" not in ops
+    assert ops.count("KQuantGather") == 1 and "Cast" not in ops  # the Q4_K token embedding, read by row
     raw = {t.name: t for t in graph.graph.initializer if t.name.endswith(".kq")}
+    table = int(np.prod(raw.pop("embed.kq").dims))
     assert q.blocks.linear_bytes == sum(int(np.prod(t.dims)) for t in raw.values())  # the file's bytes, nothing else
+    assert table == tm.tiny_vocab_size() * 144  # one 256-value block a row, no float16 copy
     build_llm(q4_k_m_source, tmp_path / "i4", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False,
               quant="int4-matmulnbits")
     nbits = load_manifest(tmp_path / "i4").quantization

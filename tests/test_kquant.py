@@ -101,6 +101,18 @@ def test_bad_shapes_are_refused():
         kquant.matmul(blocks, 2, 4, 512, np.zeros((1, 512), np.float32))
 
 
+@pytest.mark.parametrize("ggml_type", [kquant.Q4_K, kquant.Q6_K])
+def test_gather_gives_the_dequantized_rows(ggml_type):
+    rng = np.random.default_rng(ggml_type)
+    n, k = 50, 512
+    blocks = random_blocks(ggml_type, n, k, rng)
+    ids = np.array([3, 0, 49, 3], np.int32)
+    expected = dequantize(blocks, TYPES[ggml_type]).reshape(n, k)[ids]
+    np.testing.assert_allclose(kquant.gather(blocks, ggml_type, n, k, ids), expected, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="outside the table"):
+        kquant.gather(blocks, ggml_type, n, k, np.array([50], np.int32))
+
+
 def _op_model(blocks: np.ndarray, ggml_type: int, n: int, k: int, alpha: float) -> bytes:
     node = helper.make_node(kquant.OP, ["x", "w"], ["y"], domain=kquant.DOMAIN, ggml_type=ggml_type, N=n, K=k,
                             alpha=alpha)

@@ -240,10 +240,10 @@ class BlockRecipe:
     def _kquant(self, name: str) -> bool:
         return self.kquant_kernels and self.weights.stored_type(name) in KQUANT_TYPES
 
-    def raw(self, parts: list[tuple[str, float]]) -> RawBlocks | None:
+    def raw(self, parts: list[tuple[str, float]], linear: bool = True) -> RawBlocks | None:
         """The layers' K-quant blocks stacked along N, when the recipe reads them with the K-quant
-        kernels: every part of one such type, one constant, K a whole number of blocks. None: use
-        `make` (MatMulNBits)."""
+        kernels: every part of one such type, one constant. None: use `make` (MatMulNBits).
+        `linear=False`: a table read by row (the token embedding), not counted as a linear layer."""
         if not all(self._kquant(name) for name, _ in parts) or len({s for _, s in parts}) != 1:
             return None
         stored = [self.weights.stored(name) for name, _ in parts]
@@ -252,10 +252,11 @@ class BlockRecipe:
         if any(t != qtype for t, _ in stored):
             return None
         rows = np.concatenate([np.ascontiguousarray(r) for _, r in stored]) if len(stored) > 1 else stored[0][1]
-        for (name, _), (_, r) in zip(parts, stored):
-            self.origins[name] = f"gguf {qtype} (exact, K-quant kernels)"
-            self.rows[name] = r.shape[0]
-        self.bytes += rows.nbytes
+        if linear:
+            for (name, _), (_, r) in zip(parts, stored):
+                self.origins[name] = f"gguf {qtype} (exact, K-quant kernels)"
+                self.rows[name] = r.shape[0]
+            self.bytes += rows.nbytes
         self.kquant_layers += len(parts)
         return RawBlocks(np.ascontiguousarray(rows, dtype=np.uint8), KQUANT_TYPES[qtype], rows.shape[0], k,
                          parts[0][1])

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from build_scripts.config import DecoderConfig
 from build_scripts.graph.attention import decoder_attention, inplace_attention
-from build_scripts.graph.builder import GraphBuilder, WeightStore
+from build_scripts.graph.builder import KQUANT_DOMAIN, GraphBuilder, WeightStore
 from build_scripts.graph.blocks import BlockRecipe
 from build_scripts.graph.linear import block_matmul, rms_norm
 from build_scripts.graph.mlp import gated_silu_mlp
@@ -51,9 +51,13 @@ def build_decoder_graph(name: str, store: WeightStore, w: Weights, cfg: DecoderC
         if cfg.kv_groups > 1:
             # rows of the folded GQA scores are (group, position): repeat the mask once per group
             mask = b.node("Concat", [mask] * cfg.kv_groups, axis=2, name="mask_per_group")
+    elif (raw := blocks.raw([("embed", 1.0)], linear=False)) is not None:  # the GGUF's own K-quant rows
+        h = b.node("KQuantGather", [inp["input_ids"], b.weight("embed.kq", lambda: raw.rows)],
+                   domain=KQUANT_DOMAIN, name="embed", ggml_type=raw.ggml_type, N=raw.n, K=raw.k)
     else:  # one row per token is read: float16 halves the table for free
         table = b.weight("embed.f16", lambda: w["embed"].astype(np.float16))
         h = b.node("Cast", [b.node("Gather", [table, inp["input_ids"]], axis=0, name="embed")], to=TensorProto.FLOAT)
+    if cpu:
         cos, sin = rotary_tables(np.arange(context), cfg.head_dim, cfg.rope_theta)
         cos_cache, sin_cache = b.weight("rope.cos", lambda: cos), b.weight("rope.sin", lambda: sin)
 

@@ -3,8 +3,8 @@
 `kquant.c` is built by the package's own build (`pip install -e .`, setup.py) into `_kquant*.so`
 next to this file; a machine without a C compiler gets no library, a line in pip's log, and the
 MatMulNBits graphs instead. The library is both an ONNX Runtime custom-op library (`register`
-adds the op `hexrag.KQuantMatMul` to a session) and a plain C library (`matmul`, for tests and
-tools). Which vector path it runs (AVX-VNNI, AVX2 or portable C) is decided when it loads, from
+adds the ops `hexrag.KQuantMatMul` and `hexrag.KQuantGather` to a session) and a plain C library
+(`matmul`, `gather`, for tests and tools). Which vector path it runs (AVX-VNNI, AVX2 or portable C) is decided when it loads, from
 what this CPU reports.
 """
 
@@ -19,6 +19,8 @@ import numpy as np
 
 DOMAIN = "hexrag"
 OP = "KQuantMatMul"
+GATHER_OP = "KQuantGather"
+OPS = (OP, GATHER_OP)
 Q4_K, Q6_K = 12, 14  # GGML's type numbers, the op's `ggml_type`
 SUPER_BLOCK = 256  # weights in one K-quant block
 PATHS = ("scalar", "avx2", "avxvnni", "avx512")  # the library's path numbers, in order
@@ -47,6 +49,9 @@ def _lib() -> ctypes.CDLL | None:
     lib.hexrag_kq_matmul.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                      ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float]
     lib.hexrag_kq_matmul.restype = ctypes.c_char_p
+    lib.hexrag_kq_gather.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+    lib.hexrag_kq_gather.restype = ctypes.c_char_p
     return lib
 
 
@@ -87,6 +92,19 @@ def matmul(blocks: np.ndarray, ggml_type: int, n: int, k: int, x: np.ndarray, al
     y = np.empty((x.shape[0], n), np.float32)
     err = lib.hexrag_kq_matmul(ggml_type, blocks.ctypes.data, blocks.nbytes, n, k, x.ctypes.data, x.shape[0],
                                y.ctypes.data, alpha)
+    if err is not None:
+        raise ValueError(err.decode())
+    return y
+
+
+def gather(blocks: np.ndarray, ggml_type: int, n: int, k: int, ids: np.ndarray) -> np.ndarray:
+    """Rows `ids` of the n rows of `blocks`, as float32 [len(ids), k] (what KQuantGather does)."""
+    lib = _require()
+    blocks = np.ascontiguousarray(blocks, dtype=np.uint8)
+    ids = np.ascontiguousarray(ids, dtype=np.int32)
+    y = np.empty((ids.size, k), np.float32)
+    err = lib.hexrag_kq_gather(ggml_type, blocks.ctypes.data, blocks.nbytes, n, k, ids.ctypes.data, ids.size,
+                               y.ctypes.data)
     if err is not None:
         raise ValueError(err.decode())
     return y

@@ -20,8 +20,9 @@
  *
  * The same library is an ONNX Runtime custom-op library (RegisterCustomOps): the op
  * hexrag.KQuantMatMul(x float[..., K], blocks uint8[N, K/256·bytes]) -> float[..., N], attributes
- * ggml_type, N, K and alpha (a constant the output is multiplied by). Its rows are shared out over
- * the session's own thread pool.
+ * ggml_type, N, K and alpha (a constant the output is multiplied by), its rows shared out over the
+ * session's own thread pool; and hexrag.KQuantGather(ids int32[...], blocks) -> float[..., K], the
+ * rows of a token embedding kept as the file's blocks.
  */
 #include <math.h>
 #include <stdint.h>
@@ -187,6 +188,38 @@ static float dot_q6_k_one(const block_q6_k *w, const block_q8_k *a, int64_t nb) 
     sum += a[i].d * (fp16_to_fp32(w[i].d) * (float)isum);
   }
   return sum;
+}
+
+/* one row of blocks as floats (the token embedding's rows: KQuantGather) */
+static void dequantize_q4_k(const block_q4_k *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++, y += QK) {
+    uint32_t scw[4];
+    q4_k_scale_words(b[i].scales, scw);
+    const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    for (int j = 0; j < 4; j++)
+      for (int l = 0; l < 32; l++) {
+        y[64 * j + l] = d * sc[2 * j] * (b[i].qs[32 * j + l] & 0xf) - dmin * mn[2 * j];
+        y[64 * j + 32 + l] = d * sc[2 * j + 1] * (b[i].qs[32 * j + l] >> 4) - dmin * mn[2 * j + 1];
+      }
+  }
+}
+
+static void dequantize_q6_k(const block_q6_k *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int half = 0; half < 2; half++, y += 128) {
+      const uint8_t *ql = b[i].ql + 64 * half, *qh = b[i].qh + 32 * half;
+      const int8_t *sc = b[i].scales + 8 * half;
+      for (int l = 0; l < 32; l++) {
+        const int is = l / 16;
+        y[l] = d * sc[is] * (((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
+        y[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        y[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        y[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+    }
+  }
 }
 
 /* one weight row against `rows` activation rows `stride` blocks apart */
@@ -507,7 +540,29 @@ KQ_EXPORT const char *hexrag_kq_matmul(int64_t type, const uint8_t *w, int64_t w
   return 0;
 }
 
-/* ---- the ONNX Runtime custom op ---- */
+/* rows ids[0..count) of n rows of blocks, as floats [count, k]; 0 or why not */
+static const char *gather(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k, const int32_t *ids,
+                          int64_t count, float *y) {
+  if (type != KQ_Q4_K && type != KQ_Q6_K) return "KQuantGather: unsupported ggml_type (Q4_K = 12 and Q6_K = 14 are)";
+  if (k <= 0 || k % QK) return "KQuantGather: K must be a positive multiple of 256";
+  const int64_t nb = k / QK, row_bytes = nb * block_bytes(type);
+  if (n <= 0 || w_bytes != n * row_bytes) return "KQuantGather: the blocks are not N rows of K/256 blocks";
+  for (int64_t i = 0; i < count; i++)
+    if (ids[i] < 0 || ids[i] >= n) return "KQuantGather: a token id outside the table";
+  for (int64_t i = 0; i < count; i++) {
+    const uint8_t *row = w + ids[i] * row_bytes;
+    if (type == KQ_Q4_K) dequantize_q4_k((const block_q4_k *)row, nb, y + i * k);
+    else dequantize_q6_k((const block_q6_k *)row, nb, y + i * k);
+  }
+  return 0;
+}
+
+KQ_EXPORT const char *hexrag_kq_gather(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
+                                       const int32_t *ids, int64_t count, float *y) {
+  return gather(type, w, w_bytes, n, k, ids, count, y);
+}
+
+/* ---- the ONNX Runtime custom ops ---- */
 
 typedef struct {
   OrtApi api;
@@ -522,7 +577,7 @@ static OrtStatus *fail(OrtApi api, const char *msg) {
 static OrtStatus *create_kernel(const OrtCustomOp16 *op, OrtApi api, const OrtKernelInfo *info, void **out) {
   (void)op;
   kernel *kn = calloc(1, sizeof *kn);
-  if (!kn) return fail(api, "KQuantMatMul: out of memory");
+  if (!kn) return fail(api, "hexrag K-quant ops: out of memory");
   kn->api = api;
   OrtKernelInfoGetAttributeInt64Fn get_int = ORT_FN(api, ORT_KernelInfoGetAttribute_int64,
                                                     OrtKernelInfoGetAttributeInt64Fn);
@@ -543,7 +598,7 @@ static OrtStatus *create_kernel(const OrtCustomOp16 *op, OrtApi api, const OrtKe
   }
   if (!dot_for((int)kn->type) || kn->k % QK) {
     free(kn);
-    return fail(api, "KQuantMatMul: unsupported ggml_type or K not a multiple of 256");
+    return fail(api, "hexrag K-quant ops: unsupported ggml_type or K not a multiple of 256");
   }
   *out = kn;
   return 0;
@@ -555,6 +610,21 @@ static OrtStatus *create_kernel(const OrtCustomOp16 *op, OrtApi api, const OrtKe
     if (st_) return st_;           \
   } while (0)
 
+/* a tensor's dimensions (rank at most 8) and / or element count; NULL: not wanted */
+static OrtStatus *shape_of(OrtApi api, const OrtValue *v, int64_t *dims, size_t *rank, size_t *count) {
+  OrtTensorTypeAndShapeInfo *info;
+  TRY(ORT_FN(api, ORT_GetTensorTypeAndShape, OrtGetTensorTypeAndShapeFn)(v, &info));
+  OrtStatus *st = 0;
+  if (rank) {
+    st = ORT_FN(api, ORT_GetDimensionsCount, OrtGetDimensionsCountFn)(info, rank);
+    if (!st && *rank > 8) st = fail(api, "hexrag K-quant ops: tensors of rank above 8 are not taken");
+    if (!st) st = ORT_FN(api, ORT_GetDimensions, OrtGetDimensionsFn)(info, dims, *rank);
+  }
+  if (!st && count) st = ORT_FN(api, ORT_GetTensorShapeElementCount, OrtGetTensorShapeElementCountFn)(info, count);
+  ORT_FN(api, ORT_ReleaseTensorTypeAndShapeInfo, OrtReleaseTensorTypeAndShapeInfoFn)(info);
+  return st;
+}
+
 static OrtStatus *compute(void *kernel_, OrtKernelContext *ctx) {
   const kernel *kn = kernel_;
   OrtApi api = kn->api;
@@ -563,17 +633,9 @@ static OrtStatus *compute(void *kernel_, OrtKernelContext *ctx) {
   TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 1, &wv));
   int64_t dims[8];
   size_t rank = 0, w_count = 0;
-  OrtTensorTypeAndShapeInfo *info;
-  TRY(ORT_FN(api, ORT_GetTensorTypeAndShape, OrtGetTensorTypeAndShapeFn)(xv, &info));
-  OrtStatus *st = ORT_FN(api, ORT_GetDimensionsCount, OrtGetDimensionsCountFn)(info, &rank);
-  if (!st && (rank < 1 || rank > 8)) st = fail(api, "KQuantMatMul: x must have rank 1 to 8");
-  if (!st) st = ORT_FN(api, ORT_GetDimensions, OrtGetDimensionsFn)(info, dims, rank);
-  ORT_FN(api, ORT_ReleaseTensorTypeAndShapeInfo, OrtReleaseTensorTypeAndShapeInfoFn)(info);
-  if (st) return st;
-  TRY(ORT_FN(api, ORT_GetTensorTypeAndShape, OrtGetTensorTypeAndShapeFn)(wv, &info));
-  st = ORT_FN(api, ORT_GetTensorShapeElementCount, OrtGetTensorShapeElementCountFn)(info, &w_count);
-  ORT_FN(api, ORT_ReleaseTensorTypeAndShapeInfo, OrtReleaseTensorTypeAndShapeInfoFn)(info);
-  if (st) return st;
+  TRY(shape_of(api, xv, dims, &rank, NULL));
+  TRY(shape_of(api, wv, NULL, NULL, &w_count));
+  if (rank < 1) return fail(api, "KQuantMatMul: x must have rank 1 to 8");
   if (dims[rank - 1] != kn->k) return fail(api, "KQuantMatMul: x's last dimension is not K");
   int64_t m = 1;
   for (size_t i = 0; i + 1 < rank; i++) m *= dims[i];
@@ -588,21 +650,48 @@ static OrtStatus *compute(void *kernel_, OrtKernelContext *ctx) {
   job jb;
   const char *err = prepare(&jb, kn->type, w, (int64_t)w_count, kn->n, kn->k, x, m, y, kn->alpha);
   if (err) return fail(api, err);
-  /* tasks of whole rows, enough of them for the pool to balance a shared CPU */
   /* tasks of whole rows (a multiple of 4: the tiled product takes up to four at a time), enough of
    * them for the pool to balance a shared CPU */
   jb.rows_per_task = (kn->n / 64 > 8 ? kn->n / 64 : 8) & ~(int64_t)3;
   const size_t tasks = (size_t)((kn->n + jb.rows_per_task - 1) / jb.rows_per_task);
   OrtKernelContextParallelForFn parallel_for = ORT_FN(api, ORT_KernelContext_ParallelFor,
                                                       OrtKernelContextParallelForFn);
-  st = parallel_for(ctx, prep_task, (size_t)m, 0, &jb);
+  OrtStatus *st = parallel_for(ctx, prep_task, (size_t)m, 0, &jb);
   if (!st) st = parallel_for(ctx, run_task, tasks, 0, &jb);
   release(&jb);
   return st;
 }
 
+/* KQuantGather(ids int32[...], blocks uint8[N, K/256·bytes]) -> float[..., K]: the rows of a token
+ * embedding kept as the GGUF's blocks */
+static OrtStatus *compute_gather(void *kernel_, OrtKernelContext *ctx) {
+  const kernel *kn = kernel_;
+  OrtApi api = kn->api;
+  const OrtValue *iv, *wv;
+  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 0, &iv));
+  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 1, &wv));
+  int64_t dims[9];
+  size_t rank = 0, count = 0, w_count = 0;
+  TRY(shape_of(api, iv, dims, &rank, &count));
+  TRY(shape_of(api, wv, NULL, NULL, &w_count));
+  dims[rank] = kn->k;
+  OrtValue *yv;
+  TRY(ORT_FN(api, ORT_KernelContext_GetOutput, OrtKernelContextGetOutputFn)(ctx, 0, dims, rank + 1, &yv));
+  void *ids, *w, *y;
+  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)iv, &ids));
+  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)wv, &w));
+  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)(yv, &y));
+  const char *err = gather(kn->type, w, (int64_t)w_count, kn->n, kn->k, ids, (int64_t)count, y);
+  return err ? fail(api, err) : 0;
+}
+
 static void destroy_kernel(void *kn) { free(kn); }
 static const char *op_name(const OrtCustomOp16 *op) { (void)op; return "KQuantMatMul"; }
+static const char *gather_name(const OrtCustomOp16 *op) { (void)op; return "KQuantGather"; }
+static int gather_input_type(const OrtCustomOp16 *op, size_t i) {
+  (void)op;
+  return i == 0 ? ORT_TENSOR_INT32 : ORT_TENSOR_UINT8;
+}
 static const char *op_provider(const OrtCustomOp16 *op) { (void)op; return "CPUExecutionProvider"; }
 static int input_type(const OrtCustomOp16 *op, size_t i) { (void)op; return i == 0 ? ORT_TENSOR_FLOAT : ORT_TENSOR_UINT8; }
 static size_t input_count(const OrtCustomOp16 *op) { (void)op; return 2; }
@@ -632,6 +721,26 @@ static const OrtCustomOp16 kquant_op = {
     .KernelComputeV2 = compute,
 };
 
+static const OrtCustomOp16 gather_op = {
+    .version = 16,
+    .GetName = gather_name,
+    .GetExecutionProviderType = op_provider,
+    .GetInputType = gather_input_type,
+    .GetInputTypeCount = input_count,
+    .GetOutputType = output_type,
+    .GetOutputTypeCount = output_count,
+    .KernelDestroy = destroy_kernel,
+    .GetInputCharacteristic = required,
+    .GetOutputCharacteristic = required,
+    .GetInputMemoryType = default_memory,
+    .GetVariadicInputMinArity = zero_int,
+    .GetVariadicInputHomogeneity = zero_int,
+    .GetVariadicOutputMinArity = zero_int,
+    .GetVariadicOutputHomogeneity = zero_int,
+    .CreateKernelV2 = create_kernel,
+    .KernelComputeV2 = compute_gather,
+};
+
 KQ_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
   OrtApi api = base->GetApi(ORT_API_VERSION_USED);
   if (!api) {
@@ -643,6 +752,7 @@ KQ_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiB
   if (!domain) {
     TRY(ORT_FN(api, ORT_CreateCustomOpDomain, OrtCreateCustomOpDomainFn)("hexrag", &domain));
     OrtStatus *st = ORT_FN(api, ORT_CustomOpDomain_Add, OrtCustomOpDomainAddFn)(domain, &kquant_op);
+    if (!st) st = ORT_FN(api, ORT_CustomOpDomain_Add, OrtCustomOpDomainAddFn)(domain, &gather_op);
     if (st) {
       domain = 0;
       return st;

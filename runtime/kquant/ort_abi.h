@@ -28,7 +28,7 @@ typedef struct OrtApiBase {
 
 enum { ORT_API_VERSION_USED = 17 };
 enum { ORT_OK = 0, ORT_FAIL = 1, ORT_INVALID_ARGUMENT = 2 };
-enum { ORT_TENSOR_FLOAT = 1, ORT_TENSOR_UINT8 = 2 };
+enum { ORT_TENSOR_FLOAT = 1, ORT_TENSOR_UINT8 = 2, ORT_TENSOR_INT32 = 6 };
 enum { ORT_IO_REQUIRED = 1 };
 
 /* slots of OrtApi */
