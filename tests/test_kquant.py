@@ -46,7 +46,7 @@ def reference(blocks: np.ndarray, ggml_type: int, n: int, k: int, x: np.ndarray)
 def paths() -> list[str]:
     assert kquant.available(), "the kernel library was not built: run `pip install -e .` with a C compiler"
     best = kquant.kernel_path()
-    return [p for p in kquant.PATHS[:kquant.PATHS.index(best) + 1]]
+    return list(kquant.PATHS[:kquant.PATHS.index(best) + 1])
 
 
 @pytest.fixture(params=["scalar", "avx2", "avxvnni", "avx512"])

@@ -625,30 +625,43 @@ static OrtStatus *shape_of(OrtApi api, const OrtValue *v, int64_t *dims, size_t 
   return st;
 }
 
+/* both ops' inputs: the first (x or ids) with its shape, and the blocks */
+typedef struct {
+  int64_t dims[9]; /* room for one more: the gather's output appends K */
+  size_t rank, count, w_count;
+  void *in, *w;
+} op_inputs;
+
+static OrtStatus *inputs_of(OrtApi api, OrtKernelContext *ctx, op_inputs *io) {
+  const OrtValue *iv, *wv;
+  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 0, &iv));
+  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 1, &wv));
+  TRY(shape_of(api, iv, io->dims, &io->rank, &io->count));
+  TRY(shape_of(api, wv, NULL, NULL, &io->w_count));
+  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)iv, &io->in));
+  return ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)wv, &io->w);
+}
+
+static OrtStatus *output_of(OrtApi api, OrtKernelContext *ctx, const int64_t *dims, size_t rank, void **y) {
+  OrtValue *yv;
+  TRY(ORT_FN(api, ORT_KernelContext_GetOutput, OrtKernelContextGetOutputFn)(ctx, 0, dims, rank, &yv));
+  return ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)(yv, y);
+}
+
 static OrtStatus *compute(void *kernel_, OrtKernelContext *ctx) {
   const kernel *kn = kernel_;
   OrtApi api = kn->api;
-  const OrtValue *xv, *wv;
-  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 0, &xv));
-  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 1, &wv));
-  int64_t dims[8];
-  size_t rank = 0, w_count = 0;
-  TRY(shape_of(api, xv, dims, &rank, NULL));
-  TRY(shape_of(api, wv, NULL, NULL, &w_count));
-  if (rank < 1) return fail(api, "KQuantMatMul: x must have rank 1 to 8");
-  if (dims[rank - 1] != kn->k) return fail(api, "KQuantMatMul: x's last dimension is not K");
-  int64_t m = 1;
-  for (size_t i = 0; i + 1 < rank; i++) m *= dims[i];
-  dims[rank - 1] = kn->n;
-  OrtValue *yv;
-  TRY(ORT_FN(api, ORT_KernelContext_GetOutput, OrtKernelContextGetOutputFn)(ctx, 0, dims, rank, &yv));
-  void *x, *w, *y;
-  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)xv, &x));
-  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)wv, &w));
-  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)(yv, &y));
+  op_inputs io;
+  TRY(inputs_of(api, ctx, &io));
+  if (io.rank < 1) return fail(api, "KQuantMatMul: x must have rank 1 to 8");
+  if (io.dims[io.rank - 1] != kn->k) return fail(api, "KQuantMatMul: x's last dimension is not K");
+  const int64_t m = (int64_t)io.count / kn->k;
+  io.dims[io.rank - 1] = kn->n;
+  void *y;
+  TRY(output_of(api, ctx, io.dims, io.rank, &y));
   if (m == 0) return 0;
   job jb;
-  const char *err = prepare(&jb, kn->type, w, (int64_t)w_count, kn->n, kn->k, x, m, y, kn->alpha);
+  const char *err = prepare(&jb, kn->type, io.w, (int64_t)io.w_count, kn->n, kn->k, io.in, m, y, kn->alpha);
   if (err) return fail(api, err);
   /* tasks of whole rows (a multiple of 4: the tiled product takes up to four at a time), enough of
    * them for the pool to balance a shared CPU */
@@ -667,21 +680,12 @@ static OrtStatus *compute(void *kernel_, OrtKernelContext *ctx) {
 static OrtStatus *compute_gather(void *kernel_, OrtKernelContext *ctx) {
   const kernel *kn = kernel_;
   OrtApi api = kn->api;
-  const OrtValue *iv, *wv;
-  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 0, &iv));
-  TRY(ORT_FN(api, ORT_KernelContext_GetInput, OrtKernelContextGetInputFn)(ctx, 1, &wv));
-  int64_t dims[9];
-  size_t rank = 0, count = 0, w_count = 0;
-  TRY(shape_of(api, iv, dims, &rank, &count));
-  TRY(shape_of(api, wv, NULL, NULL, &w_count));
-  dims[rank] = kn->k;
-  OrtValue *yv;
-  TRY(ORT_FN(api, ORT_KernelContext_GetOutput, OrtKernelContextGetOutputFn)(ctx, 0, dims, rank + 1, &yv));
-  void *ids, *w, *y;
-  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)iv, &ids));
-  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)((OrtValue *)wv, &w));
-  TRY(ORT_FN(api, ORT_GetTensorMutableData, OrtGetTensorMutableDataFn)(yv, &y));
-  const char *err = gather(kn->type, w, (int64_t)w_count, kn->n, kn->k, ids, (int64_t)count, y);
+  op_inputs io;
+  TRY(inputs_of(api, ctx, &io));
+  io.dims[io.rank] = kn->k;
+  void *y;
+  TRY(output_of(api, ctx, io.dims, io.rank + 1, &y));
+  const char *err = gather(kn->type, io.w, (int64_t)io.w_count, kn->n, kn->k, io.in, (int64_t)io.count, y);
   return err ? fail(api, err) : 0;
 }
 
@@ -701,45 +705,19 @@ static int required(const OrtCustomOp16 *op, size_t i) { (void)op; (void)i; retu
 static int zero_int(const OrtCustomOp16 *op) { (void)op; return 0; }
 static int default_memory(const OrtCustomOp16 *op, size_t i) { (void)op; (void)i; return 0; }
 
-static const OrtCustomOp16 kquant_op = {
-    .version = 16,
-    .GetName = op_name,
-    .GetExecutionProviderType = op_provider,
-    .GetInputType = input_type,
-    .GetInputTypeCount = input_count,
-    .GetOutputType = output_type,
-    .GetOutputTypeCount = output_count,
-    .KernelDestroy = destroy_kernel,
-    .GetInputCharacteristic = required,
-    .GetOutputCharacteristic = required,
-    .GetInputMemoryType = default_memory,
-    .GetVariadicInputMinArity = zero_int,
-    .GetVariadicInputHomogeneity = zero_int,
-    .GetVariadicOutputMinArity = zero_int,
-    .GetVariadicOutputHomogeneity = zero_int,
-    .CreateKernelV2 = create_kernel,
-    .KernelComputeV2 = compute,
-};
+/* the two ops differ in name, first input and compute; the rest is what every plain CPU op says */
+#define KQ_OP(name_fn, input_type_fn, compute_fn)                                                            \
+  {                                                                                                           \
+    .version = 16, .GetName = name_fn, .GetExecutionProviderType = op_provider, .GetInputType = input_type_fn, \
+    .GetInputTypeCount = input_count, .GetOutputType = output_type, .GetOutputTypeCount = output_count,        \
+    .KernelDestroy = destroy_kernel, .GetInputCharacteristic = required, .GetOutputCharacteristic = required,  \
+    .GetInputMemoryType = default_memory, .GetVariadicInputMinArity = zero_int,                                \
+    .GetVariadicInputHomogeneity = zero_int, .GetVariadicOutputMinArity = zero_int,                            \
+    .GetVariadicOutputHomogeneity = zero_int, .CreateKernelV2 = create_kernel, .KernelComputeV2 = compute_fn,  \
+  }
 
-static const OrtCustomOp16 gather_op = {
-    .version = 16,
-    .GetName = gather_name,
-    .GetExecutionProviderType = op_provider,
-    .GetInputType = gather_input_type,
-    .GetInputTypeCount = input_count,
-    .GetOutputType = output_type,
-    .GetOutputTypeCount = output_count,
-    .KernelDestroy = destroy_kernel,
-    .GetInputCharacteristic = required,
-    .GetOutputCharacteristic = required,
-    .GetInputMemoryType = default_memory,
-    .GetVariadicInputMinArity = zero_int,
-    .GetVariadicInputHomogeneity = zero_int,
-    .GetVariadicOutputMinArity = zero_int,
-    .GetVariadicOutputHomogeneity = zero_int,
-    .CreateKernelV2 = create_kernel,
-    .KernelComputeV2 = compute_gather,
-};
+static const OrtCustomOp16 kquant_op = KQ_OP(op_name, input_type, compute);
+static const OrtCustomOp16 gather_op = KQ_OP(gather_name, gather_input_type, compute_gather);
 
 KQ_EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase *base) {
   OrtApi api = base->GetApi(ORT_API_VERSION_USED);
