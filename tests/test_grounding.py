@@ -593,6 +593,18 @@ def test_a_value_of_the_kind_asked_is_not_every_value_asked():
     assert (text, decision) == ("按一下加号速度能加1公里每小时。" + rule, "answered")
 
 
+def test_an_announcement_is_said_only_with_what_it_announces():
+    question = "How do I seal a puncture and how far can I go?"
+    # the steps are the passage's: said with the line that announces them
+    text, decision = _answer("Do this:\n- Use the sealant kit only for small punctures.\n- After sealing, drive no "
+                             "further than 200 km.", question, SEALANT)
+    assert decision == "answered" and text.startswith("Do this:") and "200 km" in text
+    # the steps the passages do not support are left out, and the announcement with them: no answer is left
+    text, decision = _answer("Follow these steps:\n- Inflate the tyre to 300 kPa.\n- Drive 900 km to a garage.",
+                             question, SEALANT)
+    assert decision != "answered" and "Follow these steps" not in text
+
+
 def test_when_the_model_finds_no_answer_the_sentence_for_each_part_is_said():
     quote = "After sealing, drive no further than 200 km. Drive at up to 80 km/h until the tyre is replaced."
     assert _two_part_answer("I don't know.", part_quote=quote) == (quote, "extractive")

@@ -25,7 +25,7 @@ from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
 from app.answer.question import answers_kind, asks_quantity, on_topic, topic, unit_of, wanted_units
 from app.answer.relevance import content_words, terms
-from app.answer.sentences import SentenceStream, ends_clause, is_list_marker, split_sentences
+from app.answer.sentences import SentenceStream, ends_clause, is_lead_in, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
 from app.answer.types import Grounding
 from app.voice import speakable
@@ -225,11 +225,11 @@ class GroundedGeneration:
         marker = ""
         sentences = _sentences(gen, first_clause=self.plan.voice)
         for sentence in chain(sentences, [None]):  # None: the end, where a reply still held is checked alone
-            if sentence is None and not marker:
-                break
-            if sentence is not None and (is_list_marker(sentence) or is_bare_reply(sentence)
+            if sentence is None and (not marker or is_lead_in(marker)):
+                break  # an announcement whose sentences were all left out is left out too
+            if sentence is not None and (is_list_marker(sentence) or is_bare_reply(sentence) or is_lead_in(sentence)
                                          or verifier.leans_on_next(sentence)):
-                marker += sentence  # "1. ", "Yes. ", "Yes, you can." belong to the sentence after them
+                marker += sentence  # "1. ", "Yes. ", "Yes, you can.", "Do this:" belong to the sentence after them
                 continue
             if (self.plan.voice and sentence is not None and ends_clause(sentence)
                     and not self._grounded(verifier, marker + sentence)):

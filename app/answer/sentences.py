@@ -93,6 +93,12 @@ def is_list_marker(sentence: str) -> bool:
     return bool(_LIST_MARKER.match(sentence))
 
 
+def is_lead_in(sentence: str) -> bool:
+    """A sentence that announces what follows ("You can follow these steps:"): alone it answers
+    nothing, so it is said only with the sentence after it."""
+    return sentence.rstrip()[-1:] in (":", "：")
+
+
 _MARKDOWN = [
     (re.compile(r"^\s{0,3}#{1,6}\s*(.*?)\s*$", re.M), r"\1."),  # a heading becomes a short sentence
     (re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M), ""),  # list markers
