@@ -4,6 +4,8 @@ each built through the real `hexrag build` code into a model directory."""
 from __future__ import annotations
 
 import json
+import shutil
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,19 @@ TINY_PREFILL = (16, 4)
 # weights themselves carry the mark by hand), so `pytest -m "not slow"` runs on tiny models only
 REAL_WEIGHT_FIXTURES = {"smollm_gguf", "minilm_dir", "smollm_build", "minilm_build", "sample_kb", "server",
                         "e5_file", "e5_build"}
+
+
+def need_kquant() -> None:
+    """The K-quant kernel library is built (pip install -e . compiles it); on a machine with no C
+    compiler, where the package installs without it, the tests of it are skipped instead."""
+    from runtime import kquant
+
+    if kquant.available():
+        return
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}): hexrag installed without its K-quant kernels")
+    pytest.fail("the K-quant kernel library was not built although a C compiler is here: run `pip install -e .`")
 
 
 def pytest_collection_modifyitems(items):

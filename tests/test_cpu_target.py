@@ -23,6 +23,7 @@ from runtime.errors import RuntimeModelError
 from runtime import kquant
 from runtime.profile import profile_decode
 from build_scripts import tiny_models as tm
+from tests.conftest import need_kquant
 from tests.reference import RefDecoder
 from tests.test_decoder_graphs import cosine, run_greedy
 
@@ -111,6 +112,7 @@ def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path,
     """`--quant int4` with the kernel library built: every K-quant layer one KQuantMatMul over the
     file's own bytes (no float scales, no min-term nodes), logits as close to the file's weights as
     the MatMulNBits build's."""
+    need_kquant()
     out = tmp_path / "kq"
     build_llm(q4_k_m_source, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
     q = load_manifest(out).quantization

@@ -16,6 +16,7 @@ from gguf.quants import dequantize
 from onnx import TensorProto, helper, numpy_helper
 
 from runtime import kquant
+from tests.conftest import need_kquant
 
 TYPES = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q6_K: GGMLQuantizationType.Q6_K}
 
@@ -43,8 +44,12 @@ def reference(blocks: np.ndarray, ggml_type: int, n: int, k: int, x: np.ndarray)
     return xq.astype(np.float64) @ w.T
 
 
+@pytest.fixture(autouse=True)
+def _library():
+    need_kquant()
+
+
 def paths() -> list[str]:
-    assert kquant.available(), "the kernel library was not built: run `pip install -e .` with a C compiler"
     best = kquant.kernel_path()
     return list(kquant.PATHS[:kquant.PATHS.index(best) + 1])
 
