@@ -4,8 +4,8 @@
 next to this file; a machine without a C compiler gets no library, a line in pip's log, and the
 MatMulNBits graphs instead. The library is both an ONNX Runtime custom-op library (`register`
 adds the ops `hexrag.KQuantMatMul` and `hexrag.KQuantGather` to a session) and a plain C library
-(`matmul`, `gather`, for tests and tools). Which vector path it runs (AVX-VNNI, AVX2 or portable C) is decided when it loads, from
-what this CPU reports.
+(`matmul`, `gather`, for tests and tools). Which path it runs (AVX-512 VNNI, AVX-VNNI, AVX2 or
+portable C) is decided when it loads, from what this CPU reports.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ OP = "KQuantMatMul"
 GATHER_OP = "KQuantGather"
 OPS = (OP, GATHER_OP)
 Q4_K, Q6_K = 12, 14  # GGML's type numbers, the op's `ggml_type`
-SUPER_BLOCK = 256  # weights in one K-quant block
 PATHS = ("scalar", "avx2", "avxvnni", "avx512")  # the library's path numbers, in order
 
 
@@ -44,8 +43,6 @@ def _lib() -> ctypes.CDLL | None:
     lib.hexrag_kq_path.restype = ctypes.c_int
     lib.hexrag_kq_force_path.argtypes = [ctypes.c_int]
     lib.hexrag_kq_force_path.restype = ctypes.c_int
-    lib.hexrag_kq_block_bytes.argtypes = [ctypes.c_int64]
-    lib.hexrag_kq_block_bytes.restype = ctypes.c_int64
     lib.hexrag_kq_matmul.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                      ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float]
     lib.hexrag_kq_matmul.restype = ctypes.c_char_p
@@ -77,11 +74,6 @@ def force_path(name: str) -> str:
     return PATHS[_require().hexrag_kq_force_path(PATHS.index(name))]
 
 
-def block_bytes(ggml_type: int) -> int:
-    """Bytes of one 256-weight block of the type (0: a type the library does not read)."""
-    return int(_require().hexrag_kq_block_bytes(ggml_type))
-
-
 def matmul(blocks: np.ndarray, ggml_type: int, n: int, k: int, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     """x [m, k] float32 times the n rows of `blocks` (uint8 [n, k/256 · block bytes]), on this thread."""
     lib = _require()
@@ -111,7 +103,7 @@ def gather(blocks: np.ndarray, ggml_type: int, n: int, k: int, ids: np.ndarray) 
 
 
 def register(session_options) -> bool:
-    """Adds the op to an onnxruntime.SessionOptions; False when there is no library."""
+    """Adds the ops to an onnxruntime.SessionOptions; False when there is no library."""
     path = library_path()
     if path is None:
         return False

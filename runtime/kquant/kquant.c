@@ -526,7 +526,6 @@ KQ_EXPORT int hexrag_kq_force_path(int path) {
   return current_path();
 }
 
-KQ_EXPORT int64_t hexrag_kq_block_bytes(int64_t type) { return block_bytes(type); }
 
 /* y[m, n] = alpha · x[m, k] · Wᵀ on the calling thread; returns 0 or an error message */
 KQ_EXPORT const char *hexrag_kq_matmul(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
