@@ -145,22 +145,53 @@ static inline int32_t q6_k_offset_term(const int8_t *sc, const int16_t *bsums) {
 
 /* ---- scalar path ---- */
 
+/* a block's codes, one per weight in element order: Q4_K's 32-byte chunk j holds sub-block 2j in its
+ * low nibbles and 2j+1 in its high ones */
+static void q4_k_codes(const block_q4_k *b, uint8_t *codes) {
+  for (int j = 0; j < 4; j++)
+    for (int l = 0; l < 32; l++) {
+      codes[64 * j + l] = b->qs[32 * j + l] & 0xf;
+      codes[64 * j + 32 + l] = b->qs[32 * j + l] >> 4;
+    }
+}
+
+/* Q6_K's 6-bit codes (0..63): in each half of 128, quarter j takes its low 4 bits from a nibble of
+ * ql (j = 0, 1: the low nibbles of ql[0..31], ql[32..63]; j = 2, 3: their high nibbles) and its top 2
+ * from bits 2j, 2j+1 of qh */
+static void q6_k_codes(const block_q6_k *b, uint8_t *codes) {
+  for (int half = 0; half < 2; half++) {
+    const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+    uint8_t *c = codes + 128 * half;
+    for (int l = 0; l < 32; l++) {
+      c[l] = (ql[l] & 0xf) | ((qh[l] & 3) << 4);
+      c[l + 32] = (ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4);
+      c[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+      c[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+    }
+  }
+}
+
+/* Σ over the block's sub-blocks of `len` values: scale × Σ code × activation */
+static int32_t scaled_dot(const uint8_t *codes, const int8_t *y, int len, const int *scales) {
+  int32_t isum = 0;
+  for (int s = 0; s < QK / len; s++) {
+    int32_t part = 0;
+    for (int l = 0; l < len; l++) part += codes[len * s + l] * y[len * s + l];
+    isum += scales[s] * part;
+  }
+  return isum;
+}
+
 static float dot_q4_k_one(const block_q4_k *w, const block_q8_k *a, int64_t nb) {
   float sum = 0.f;
   for (int64_t i = 0; i < nb; i++) {
+    uint8_t codes[QK];
     uint32_t scw[4];
+    q4_k_codes(&w[i], codes);
     q4_k_scale_words(w[i].scales, scw);
-    const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8, *q = w[i].qs;
-    const int8_t *y = a[i].qs;
-    int32_t isum = 0;
-    for (int j = 0; j < 4; j++, q += 32, y += 64) {
-      int32_t lo = 0, hi = 0;
-      for (int l = 0; l < 32; l++) {
-        lo += (q[l] & 0xf) * y[l];
-        hi += (q[l] >> 4) * y[l + 32];
-      }
-      isum += sc[2 * j] * lo + sc[2 * j + 1] * hi;
-    }
+    const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
+    const int scales[8] = {sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]};
+    const int32_t isum = scaled_dot(codes, a[i].qs, 32, scales);
     const int32_t imin = q4_k_min_term(mn, a[i].bsums);
     sum += a[i].d * (fp16_to_fp32(w[i].d) * (float)isum - fp16_to_fp32(w[i].dmin) * (float)imin);
   }
@@ -170,21 +201,11 @@ static float dot_q4_k_one(const block_q4_k *w, const block_q8_k *a, int64_t nb) 
 static float dot_q6_k_one(const block_q6_k *w, const block_q8_k *a, int64_t nb) {
   float sum = 0.f;
   for (int64_t i = 0; i < nb; i++) {
-    const uint8_t *ql = w[i].ql, *qh = w[i].qh;
-    const int8_t *sc = w[i].scales, *y = a[i].qs;
-    int32_t isum = 0;
-    for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, y += 128) {
-      int32_t s[8] = {0};
-      for (int l = 0; l < 32; l++) {
-        const int is = l / 16;
-        s[is + 0] += ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) * y[l];
-        s[is + 2] += ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) * y[l + 32];
-        s[is + 4] += ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) * y[l + 64];
-        s[is + 6] += ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) * y[l + 96];
-      }
-      for (int b = 0; b < 8; b++) isum += sc[b] * s[b];
-    }
-    isum -= q6_k_offset_term(w[i].scales, a[i].bsums);
+    uint8_t codes[QK];
+    int scales[16];
+    q6_k_codes(&w[i], codes);
+    for (int s = 0; s < 16; s++) scales[s] = w[i].scales[s];
+    const int32_t isum = scaled_dot(codes, a[i].qs, 16, scales) - q6_k_offset_term(w[i].scales, a[i].bsums);
     sum += a[i].d * (fp16_to_fp32(w[i].d) * (float)isum);
   }
   return sum;
@@ -193,32 +214,22 @@ static float dot_q6_k_one(const block_q6_k *w, const block_q8_k *a, int64_t nb) 
 /* one row of blocks as floats (the token embedding's rows: KQuantGather) */
 static void dequantize_q4_k(const block_q4_k *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++, y += QK) {
+    uint8_t codes[QK];
     uint32_t scw[4];
+    q4_k_codes(&b[i], codes);
     q4_k_scale_words(b[i].scales, scw);
     const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
     const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
-    for (int j = 0; j < 4; j++)
-      for (int l = 0; l < 32; l++) {
-        y[64 * j + l] = d * sc[2 * j] * (b[i].qs[32 * j + l] & 0xf) - dmin * mn[2 * j];
-        y[64 * j + 32 + l] = d * sc[2 * j + 1] * (b[i].qs[32 * j + l] >> 4) - dmin * mn[2 * j + 1];
-      }
+    for (int e = 0; e < QK; e++) y[e] = d * sc[e / 32] * codes[e] - dmin * mn[e / 32];
   }
 }
 
 static void dequantize_q6_k(const block_q6_k *b, int64_t nb, float *y) {
-  for (int64_t i = 0; i < nb; i++) {
+  for (int64_t i = 0; i < nb; i++, y += QK) {
+    uint8_t codes[QK];
+    q6_k_codes(&b[i], codes);
     const float d = fp16_to_fp32(b[i].d);
-    for (int half = 0; half < 2; half++, y += 128) {
-      const uint8_t *ql = b[i].ql + 64 * half, *qh = b[i].qh + 32 * half;
-      const int8_t *sc = b[i].scales + 8 * half;
-      for (int l = 0; l < 32; l++) {
-        const int is = l / 16;
-        y[l] = d * sc[is] * (((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
-        y[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        y[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        y[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-      }
-    }
+    for (int e = 0; e < QK; e++) y[e] = d * b[i].scales[e / 16] * (codes[e] - 32);
   }
 }
 
@@ -241,7 +252,7 @@ typedef struct {
   int64_t groups, nb, lanes;
   int8_t *q;
   float *d;      /* [groups][nb][lanes] */
-  int32_t *s32;  /* [groups][nb][8][lanes] */
+  float *s32;    /* [groups][nb][8][lanes], as floats: the kernels scale them, never add them as integers */
   int32_t *s16;  /* [groups][nb][16][lanes] */
 } tiles;
 
@@ -376,6 +387,7 @@ typedef struct {
   int type;
   dot_fn dot;
   gemm_fn gemm; /* NULL: row by row */
+  quantize_fn quantize;
   const uint8_t *w;
   const float *x;
   int64_t row_bytes, nb, n, k, m, rows_per_task;
@@ -441,7 +453,7 @@ static int alloc_tiles(tiles *t, int type, int64_t m, int64_t nb, int64_t lanes)
   const size_t cells = (size_t)(t->groups * nb * lanes);
   t->q = calloc(cells * QK, 1);
   t->d = calloc(cells, sizeof(float));
-  t->s32 = type == KQ_Q4_K ? calloc(cells * 8, sizeof(int32_t)) : NULL;
+  t->s32 = type == KQ_Q4_K ? calloc(cells * 8, sizeof(float)) : NULL;
   t->s16 = type == KQ_Q6_K ? calloc(cells * 16, sizeof(int32_t)) : NULL;
   return t->q && t->d && (t->s32 || t->s16);
 }
@@ -457,7 +469,8 @@ static void tile_row(tiles *t, const block_q8_k *row_blocks, int64_t row) {
     int8_t *q = t->q + at * QK * lanes + lane * 4;
     for (int k = 0; k < QK / 4; k++) memcpy(q + k * lanes * 4, b->qs + 4 * k, 4);
     if (t->s32)
-      for (int s = 0; s < 8; s++) t->s32[(at * 8 + s) * lanes + lane] = b->bsums[2 * s] + b->bsums[2 * s + 1];
+      for (int s = 0; s < 8; s++)
+        t->s32[(at * 8 + s) * lanes + lane] = (float)(b->bsums[2 * s] + b->bsums[2 * s + 1]);
     else
       for (int s = 0; s < 16; s++) t->s16[(at * 16 + s) * lanes + lane] = -32 * b->bsums[s];
   }
@@ -467,7 +480,7 @@ static void tile_row(tiles *t, const block_q8_k *row_blocks, int64_t row) {
 static void prep_task(void *data, size_t task) {
   const job *jb = data;
   const int64_t row = (int64_t)task;
-  quantize_for()(jb->x + row * jb->k, jb->xq + row * jb->nb, jb->k);
+  jb->quantize(jb->x + row * jb->k, jb->xq + row * jb->nb, jb->k);
   if (jb->gemm) tile_row((tiles *)&jb->tl, jb->xq + row * jb->nb, row);
 }
 
@@ -501,6 +514,7 @@ static const char *prepare(job *jb, int64_t type, const uint8_t *w, int64_t w_by
   jb->xq = malloc((size_t)(m > 0 ? m : 1) * (size_t)jb->nb * sizeof(block_q8_k));
   if (!jb->xq) return "KQuantMatMul: out of memory";
   jb->gemm = m >= GEMM_MIN_ROWS ? gemm_for() : NULL;
+  jb->quantize = quantize_for();
   if (jb->gemm && !alloc_tiles(&jb->tl, jb->type, m, jb->nb, gemm_lanes())) {
     release(jb);
     return "KQuantMatMul: out of memory";
