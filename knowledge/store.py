@@ -258,6 +258,12 @@ class Store:
         return self.db.execute("SELECT substr(text, ?, ?) FROM documents WHERE id = ?",
                                [start + 1, end - start, document_id]).fetchone()[0]
 
+    def section_chunk_ids(self, document_id: int, heading: str, entry_id: str | None) -> list[int]:
+        """The section's chunks in document order."""
+        rows = self.db.execute("SELECT id FROM chunks WHERE document_id = ? AND heading = ? AND entry_id IS ? "
+                               "ORDER BY start_char", [document_id, heading, entry_id])
+        return [r[0] for r in rows]
+
     def chunk_ids_of(self, document_ids: list[int]) -> np.ndarray:
         if not document_ids:
             return np.zeros(0, np.int64)

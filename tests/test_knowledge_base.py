@@ -291,6 +291,18 @@ def test_hits_are_distinct_sections_and_say_what_their_score_is(tmp_path, embedd
         assert kb.section_text(blade_hit) == long_section
         fluid_hit = next(h for h in hits if h.heading == "Wipers > Fluid")
         assert kb.section_text(fluid_hit) == fluid_hit.text == "Top up the wiper fluid in winter."
+        # its chunks in document order, slices of the section, each with its cosine with a query the
+        # embedder reads (from the stored vectors: the same as a dense search's)
+        chunks = kb.section_chunks(blade_hit, "wiper blades fluid")
+        assert [c.chunk_id for c in chunks] == [c.id for c in sorted(blades, key=lambda c: c.start)]
+        assert blade_hit.chunk_id in [c.chunk_id for c in chunks] and all(c.text in long_section for c in chunks)
+        dense = {h.chunk_id: h.scores["dense"] for h in kb.search("wiper blades fluid", k=3, mode="dense",
+                                                                      min_score=NO_GATE)}
+        assert all(-1 <= c.scores["dense"] <= 1 for c in chunks)
+        assert [c.scores["dense"] for c in chunks if c.chunk_id in dense] == pytest.approx(
+            [dense[c.chunk_id] for c in chunks if c.chunk_id in dense], abs=1e-5)
+        assert [c.scores for c in kb.section_chunks(blade_hit)] == [{}] * len(chunks)  # no query: unscored
+        assert [c.text for c in kb.section_chunks(fluid_hit, "wiper")] == [fluid_hit.text]
 
 
 def test_the_sample_kb_is_held_once_whichever_checkout_filled_it(tmp_path, embedder):

@@ -19,11 +19,12 @@ from functools import partial
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
 from app.answer.identifiers import identifiers, stated
-from app.answer.passages import Passage, confidence, confident, language, passage_prompt, select
+from app.answer.passages import (BUDGET_MARGIN, COVERAGE_WEIGHT, Passage, confidence, confident, language,
+                                 passage_prompt, select)
 from app.answer.limits import Limit, bound_sentence, comparison_note, judge_limit
 from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
                                  meant, on_topic, parts, topic)
-from app.answer.relevance import Confidence, content_words, terms
+from app.answer.relevance import Confidence, content_words, coverage, terms
 from app.answer.sentences import join_sentences, split_sentences, strip_markdown
 from app.answer.types import AnswerRequest, Citation
 from app.voice import VOICE_MAX_TOKENS
@@ -42,7 +43,7 @@ _FEW = 8  # lexical hits looked at: the places of a word (_quotable), where a co
 _COMPOUND = re.compile(r"\b[a-z]{2,}(?:-[a-z]{2,})+\b", re.I)  # "head-up", "rear-facing", not "12-volt"
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
-SECTION_MAX_TOKENS = 400  # a longer section gives way to its matched chunk: room for other passages
+WINDOW_TOKENS = 360  # of a section shown as one passage (`_window`): about three chunks of the embedder's
 # a section this short is written as one answer (an FAQ answer is 2-5 sentences): quotable (_answer_sized)
 ANSWER_SENTENCES = 10
 
@@ -124,25 +125,57 @@ def retrieval_query(messages: list[dict]) -> str:
     return meant(users[-1])
 
 
-def _fit(llm: LLM, kb, asked: list[str], hits, budget: int) -> list[Passage]:
-    """The chosen hits as numbered passages, as many as fit the token budget, best first. A chunk
-    that states nothing of a kind the question asks for ("what's the fastest I should go?" matched
-    the towing weights) is shown with the rest of its section, when that is short enough: the
-    answer may sit in the window next to it. Otherwise the chunk alone: more text is more to
-    misread (Auto Hold's 10 minutes beside hill start's 2 seconds). `asked`: the question's parts."""
+def _fit(llm: LLM, kb, question: str, hits, budget: int, window: int = WINDOW_TOKENS) -> list[Passage]:
+    """The chosen hits as numbered passages, as many as fit the token budget, best first: each its
+    section's window for the question (`_window`, up to `window` tokens), else the chunk alone."""
     passages, used = [], 0
     for hit in hits:
         n = len(passages) + 1
-        options = [(Passage.of(n, hit), budget)]
-        if not all(answers_kind(part, hit.text) for part in asked):
-            options.insert(0, (Passage.of(n, hit, kb.section_text(hit)), SECTION_MAX_TOKENS))
-        for p, cap in options:
+        shown = _window(llm, kb, question, hit, window)
+        for p in [Passage.of(n, hit, shown), *([Passage.of(n, hit)] if shown != hit.text else [])]:
             cost = len(llm.encode(p.render())) + 2
-            if cost <= cap and used + cost <= budget:  # a shorter passage further down may still fit
+            if used + cost <= budget:  # a shorter passage further down may still fit
                 passages.append(p)
                 used += cost
                 break
     return passages
+
+
+def _window(llm: LLM, kb, question: str, hit, cap: int) -> str:
+    """The part of the hit's section an answer is shown: the hit's chunk and, best first, the section's
+    other chunks about as relevant as the best of them (BUDGET_MARGIN, the rule passages are chosen
+    by) while the text stays within `cap` tokens, in document order. A long section is searched as
+    windows and only its best one stands for it in a search, while the sentence that answers may sit
+    in another: a reference page's neighbouring entry, the step after the one that matched. Chunks
+    are scored as the best passage's confidence is: cosine with the question (stored vectors) plus
+    term coverage. Where the embedder cannot read the question (Chinese with an English model) nothing
+    ranks them by meaning, and the chunk is shown alone: ranked on words alone, Chinese questions of a
+    development split were shown a table's other rows and answered from them."""
+    chunks = kb.section_chunks(hit, question)
+    if len(chunks) == 1 or not all("dense" in c.scores for c in chunks):
+        return hit.text
+    scores = {c.chunk_id: c.scores["dense"] + COVERAGE_WEIGHT * coverage(question, c.text) for c in chunks}
+    top = max(scores.values())
+    shown = [next(c for c in chunks if c.chunk_id == hit.chunk_id)]
+    for chunk in sorted(chunks, key=lambda c: -scores[c.chunk_id]):
+        if chunk.chunk_id == hit.chunk_id or scores[chunk.chunk_id] < top - BUDGET_MARGIN:
+            continue
+        if len(llm.encode(_joined(sorted([*shown, chunk], key=lambda c: c.start)))) <= cap:
+            shown.append(chunk)
+    return _joined(sorted(shown, key=lambda c: c.start))
+
+
+def _joined(chunks) -> str:
+    """Chunks of one section in document order as one text: overlapping ones merged at their
+    character offsets, apart ones as paragraphs."""
+    text, end = "", None
+    for c in chunks:
+        if end is not None and c.start < end:
+            text += c.text[end - c.start:] if c.end > end else ""
+        else:
+            text += ("\n\n" if text else "") + c.text
+        end = c.end if end is None else max(end, c.end)
+    return text
 
 
 def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, default_k: int,
@@ -193,7 +226,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     told = answer_instructions(profile, req.voice)
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(told[0]))
     asked = parts(question)
-    plan.passages = _fit(llm, kb, asked, chosen, budget)
+    plan.passages = _fit(llm, kb, query, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
