@@ -129,6 +129,31 @@ def test_an_identifier_the_question_names_may_be_repeated_and_a_name_the_kb_uses
     assert not prefixed.check('Press "Load All" to load the variables.').ok
 
 
+NETCFG = ("To set up the network by hand, boot with netcfg/disable_autoconfig=true and enter the address when "
+          "asked. The installer then skips DHCP. With netcfg/get_hostname=box the host name is preset.")
+
+
+def test_a_long_name_misquoted_in_one_part_is_said_in_the_passages_sentence_that_writes_it():
+    from app.answer.identifiers import misquoted
+
+    written = identifiers(NETCFG)
+    said = lambda text: max(identifiers(text), key=lambda f: len(f.key))  # noqa: E731
+    assert misquoted(said("dhcpserver/disable_autoconfig=true"), written).key == "netcfg/disable_autoconfig=true"
+    assert misquoted(said("app.push_context()"), identifiers("Call app.app_context() first.")).key == "app.app_context"
+    assert misquoted(said("WTF_CSRF_TIME_LIMIT"), identifiers("Set WTF_CSRF_ENABLED.")) is None  # one part: invented
+    assert misquoted(said("dhcpserver/other_option=false"), written) is None  # two parts changed
+    # one part from two names at once: which was meant is not known
+    assert misquoted(said("netcfg/x=true"), identifiers("netcfg/a=true or netcfg/b=true")) is None
+    verifier = Verifier([NETCFG], "The DHCP server hands out wrong settings. Which boot parameter lets me type the "
+                                  "IP address myself?")
+    check = verifier.check("Boot with dhcpserver/disable_autoconfig=true to enter the address yourself.")
+    assert not check.ok and {f.key for f in check.unsupported} == {"dhcpserver/disable_autoconfig=true"}
+    assert verifier.source_of(check) == ("To set up the network by hand, boot with netcfg/disable_autoconfig=true "
+                                         "and enter the address when asked.")
+    invented = verifier.check("Boot with dhcp/override=true to enter the address yourself.")
+    assert verifier.source_of(invented) is None  # a name no passage writes anything like
+
+
 def test_a_reply_that_only_restates_the_question_is_checked_with_the_sentence_after_it():
     sealant = "After sealing, drive no faster than 80 km/h and no further than 200 km."
     verifier = Verifier([sealant], "The tyre shop is 150 km away. Can I make it there?", expected_reply="yes")
@@ -424,7 +449,7 @@ def test_a_fact_of_another_variant_is_not_repaired_into_its_passage_sentence():
 
 @pytest.mark.parametrize("answer", [
     "It means at least one of the four tyres is 30 percent below its recommended pressure.",  # an invented value
-    "Use a logging.handlers.MailHandler to send an email when errors are logged.",  # an invented name
+    "Use a MailHandler to send an email when errors are logged.",  # an invented name
 ])
 def test_an_invented_fact_is_not_repaired_from_the_passages(answer):
     passage = ERRORS if "Handler" in answer else TYRE
@@ -432,3 +457,9 @@ def test_an_invented_fact_is_not_repaired_from_the_passages(answer):
                 else "What does the orange tyre light mean?")
     text, grounding = _generate(_Says(answer), question, passage)
     assert "own words" not in grounding.reason and text not in passage, text
+
+
+def test_a_name_misquoted_in_one_part_is_repaired_into_the_passages_sentence():
+    text, grounding = _generate(_Says("Use a logging.handlers.MailHandler to send an email when errors are logged."),
+                                "How do I get an email when my app logs an error?", ERRORS)
+    assert text == ERRORS.split(". ")[0] + "." and "own words" in grounding.reason, text

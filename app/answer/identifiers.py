@@ -79,3 +79,22 @@ def stated(fact: Fact, text: str) -> bool:
     glued to a longer name."""
     haystack = _clean(text).lower().replace("`", "")
     return re.search(rf"(?<![\w]){re.escape(fact.key)}(?![\w])", haystack) is not None
+
+
+_PARTS = re.compile(r"[/.=:]|--?")  # what joins the parts of a name: paths, dotted names, key=value, flags
+
+
+def misquoted(fact: Fact, written: list[Fact]) -> Fact | None:
+    """The identifier of `written` (the passages') that `fact` misquotes: a name of several parts
+    written with one part changed ("dhcpserver/disable_autoconfig=true" for the passages'
+    "netcfg/disable_autoconfig=true", "app.push_context" for "app.app_context"), where no other
+    name of the passages is as close. A small model copying a long name it read changes a part of
+    it; a name of one part has nothing kept to tell a misquote from an invention. None otherwise."""
+    mine = _PARTS.split(fact.key)
+    if fact.kind != "identifier" or len(mine) < 2:
+        return None
+    close = {w.key: w for w in written if w.kind == "identifier" and w.key != fact.key
+             and len(theirs := _PARTS.split(w.key)) == len(mine)
+             and sum(a != b for a, b in zip(mine, theirs)) == 1}
+    return next(iter(close.values())) if len(close) == 1 else None
+

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from app.answer.bounds import NEGATION, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
-from app.answer.identifiers import identifiers
+from app.answer.identifiers import identifiers, misquoted
 from app.answer.identifiers import stated as written_in
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
@@ -242,8 +242,9 @@ class Verifier:
         small model picks the right fact and then misreads what it is said of ("an unbraked trailer
         of up to 1,500 kg" from a list of two; "configure SMTPHandler in your configuration file"
         adds a place); the passage's own sentence says the fact as the KB does. None when the model
-        invented a value or name no passage states (it is not reading the passages) or joined the
-        values of two sentences ("brake pads last 15,000 to 30,000 km" from two service intervals),
+        invented a value or name no passage states (it is not reading the passages; a long name with
+        one part changed was read, and misquoted: identifiers.misquoted) or joined the values of two
+        sentences ("brake pads last 15,000 to 30,000 km" from two service intervals),
         when the reply of a yes or no is what failed, when no sentence shares a fact and MIN_SHARED
         words, or when the sentence uses a word of the question the KB never uses: the passage
         sentence would answer about something else ("the maximum load on the roof" said in the tow
@@ -256,15 +257,21 @@ class Verifier:
             return written_in(f, written) if f.kind in ("identifier", "proper") else self._supported(f)
 
         invented = [f for f in check.unsupported if f.kind not in ("place", "negation") and not stated(f)]
+        # a name copied with one part changed is the passages' name misread: their sentence stating it
+        # is the source (identifiers.misquoted)
+        names = identifiers(written)
+        meant = {f.key: m for f in invented if (m := misquoted(f, names))}
+        invented = [f for f in invented if f.key not in meant]
         if invented or any(f.kind == "reply" for f in check.unsupported):
             return None
         # the facts the passages state, though the sentence may say them of the wrong thing
         anchors = [f for f in check.facts if f.kind in QUANTITY_KINDS and f.key not in self.users_numbers
                    and self._supported(f)]
         anchors += [f for f in identifiers(check.text) if f.kind == "identifier" and written_in(f, written)]
+        anchors += list(meant.values())
         # the values that failed must all come from the one sentence: one joined from two sentences'
         # values ("brake pads last 15,000 to 30,000 km" from two service intervals) has no source
-        failed = [f for f in check.unsupported if f.kind in QUANTITY_KINDS or f.kind == "identifier"]
+        failed = [meant.get(f.key, f) for f in check.unsupported if f.kind in QUANTITY_KINDS or f.kind == "identifier"]
         own = terms(without_facts(check.text))
         best, score = None, (0, 0)
         for s in self.passage_sentences:
