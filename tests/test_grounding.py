@@ -676,26 +676,53 @@ def test_a_chunk_is_shown_with_the_chunks_of_its_section_that_best_match_the_que
         def section_chunks(self, hit, query):
             return chunks if hit.chunk_id < len(chunks) else [hit]
 
+        def section_text(self, hit):
+            return doc if hit.chunk_id < len(chunks) else hit.text
+
     question = "How long does a permanent session last?"
-    shown = _fit(Words(), KB(), question, [chunks[0]], 500, window=20)[0].body
+    shown = _fit(Words(), KB(), question, parts(question), [chunks[0]], 500, window=20)[0].body
     # the hit, then the best others about as relevant as the best while they fit, in document order,
     # overlaps merged
     assert shown == ("SESSION_REFRESH Whether the cookie is sent with every response.\n\nPERMANENT_LIFETIME How "
                      "long a permanent session lives. Default: 31 days.")
-    assert _fit(Words(), KB(), question, [chunks[1]], 500, window=16)[0].body == (
+    assert _fit(Words(), KB(), question, parts(question), [chunks[1]], 500, window=16)[0].body == (
         "PERMANENT_LIFETIME How long a permanent session lives. Default: 31 days. Can be an int.")
     # with room for all: those far less relevant than the best are not shown (BUDGET_MARGIN)
-    assert _fit(Words(), KB(), question, [chunks[1]], 500, window=100)[0].body == (
+    assert _fit(Words(), KB(), question, parts(question), [chunks[1]], 500, window=100)[0].body == (
         "PERMANENT_LIFETIME How long a permanent session lives. Default: 31 days. Can be an int.")
-    assert _fit(Words(), KB(), question, [chunks[0]], 16, window=100)[0].body == chunks[0].text  # no room: the chunk
+    assert _fit(Words(), KB(), question, parts(question), [chunks[0]], 16, window=100)[0].body == chunks[0].text  # no room: the chunk
     alone = Hit(9, "A section of one chunk.", "a.md", "a.md", "A", None, 0.3, {"dense": 0.3})
-    assert _fit(Words(), KB(), question, [alone], 500)[0].body == alone.text
+    assert _fit(Words(), KB(), question, parts(question), [alone], 500)[0].body == alone.text
 
     class Unread(KB):  # the embedder cannot read the question: nothing ranks the chunks by meaning
         def section_chunks(self, hit, query):
             return [Hit(c.chunk_id, c.text, c.source, c.name, c.heading, None, 0.0, {}, c.start, c.end) for c in chunks]
 
-    assert _fit(Words(), Unread(), question, [chunks[1]], 500, window=100)[0].body == chunks[1].text
+    assert _fit(Words(), Unread(), question, parts(question), [chunks[1]], 500, window=100)[0].body == chunks[1].text
+
+
+def test_a_window_is_widened_to_its_whole_short_section_only_for_a_value_it_lacks():
+    from app.answer.plan import _fit
+
+    class Words:
+        def encode(self, text):
+            return text.split()
+
+    class KB:
+        def section_chunks(self, hit, query):
+            return [hit]
+
+        def section_text(self, hit):
+            return hit.text + " Do not exceed 100 km/h when towing."
+
+    hit = _hit("", "The maximum vertical load on the tow ball is 75 kg.", 0.6, 8.0)
+    hit.entry_id, hit.heading = None, "Driving > Towing a trailer"
+    both = "How much can the tow ball take? And what's the fastest I should go?"
+    assert _fit(Words(), KB(), both, parts(both), [hit], 500)[0].body.endswith("Do not exceed 100 km/h when towing.")
+    load = "How much can the tow ball take?"
+    assert _fit(Words(), KB(), load, parts(load), [hit], 500)[0].body == hit.text  # stated: no more text to misread
+    fastest = "And what's the fastest I should go?"
+    assert _fit(Words(), KB(), fastest, parts(fastest), [hit], 20)[0].body == hit.text  # no room
 
 
 def _lacks(kb, question: str, passages) -> dict[str, str]:

@@ -44,6 +44,7 @@ _COMPOUND = re.compile(r"\b[a-z]{2,}(?:-[a-z]{2,})+\b", re.I)  # "head-up", "rea
 _MARGIN = 8  # tokens kept free for template differences
 _SNIPPET = 240
 WINDOW_TOKENS = 360  # of a section shown as one passage (`_window`): about three chunks of the embedder's
+SECTION_MAX_TOKENS = 400  # a whole section shown for a value its window lacks (_fit): no longer
 # a section this short is written as one answer (an FAQ answer is 2-5 sentences): quotable (_answer_sized)
 ANSWER_SENTENCES = 10
 
@@ -125,16 +126,25 @@ def retrieval_query(messages: list[dict]) -> str:
     return meant(users[-1])
 
 
-def _fit(llm: LLM, kb, question: str, hits, budget: int, window: int = WINDOW_TOKENS) -> list[Passage]:
+def _fit(llm: LLM, kb, question: str, asked: list[str], hits, budget: int,
+         window: int = WINDOW_TOKENS) -> list[Passage]:
     """The chosen hits as numbered passages, as many as fit the token budget, best first: each its
-    section's window for the question (`_window`, up to `window` tokens), else the chunk alone."""
+    section's window for the question (`_window`), else the chunk alone. A window that states
+    nothing of a kind a part of the question asks for ("what's the fastest I should go?" matched
+    the towing weights) gives way to its whole section when that is short: the value may sit in
+    a chunk the question's words do not match. `asked`: the question's parts."""
     passages, used = [], 0
     for hit in hits:
         n = len(passages) + 1
         shown = _window(llm, kb, question, hit, window)
-        for p in [Passage.of(n, hit, shown), *([Passage.of(n, hit)] if shown != hit.text else [])]:
+        options = [(Passage.of(n, hit, shown), budget)]
+        if shown != hit.text:
+            options.append((Passage.of(n, hit), budget))
+        if not all(answers_kind(part, shown) for part in asked):
+            options.insert(0, (Passage.of(n, hit, kb.section_text(hit)), SECTION_MAX_TOKENS))
+        for p, cap in options:
             cost = len(llm.encode(p.render())) + 2
-            if used + cost <= budget:  # a shorter passage further down may still fit
+            if cost <= cap and used + cost <= budget:  # a shorter passage further down may still fit
                 passages.append(p)
                 used += cost
                 break
@@ -226,7 +236,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     told = answer_instructions(profile, req.voice)
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(told[0]))
     asked = parts(question)
-    plan.passages = _fit(llm, kb, query, chosen, budget)
+    plan.passages = _fit(llm, kb, query, asked, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
