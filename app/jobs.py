@@ -1,5 +1,7 @@
 """The knowledge base's writer: one thread that runs upload ingest jobs and deletes in order, off the
-event loop, so health checks, model lists and running streams never wait for an ingest."""
+event loop, so health checks, model lists and running streams never wait for an ingest. Between
+them it runs the background work that follows the KB (the kept passage rows, `keep_filling`),
+which yields to answers between its steps like an ingest does."""
 
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ class KnowledgeWriter:
         self._jobs: dict[str, IngestJob] = {}  # insertion order = age
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # set by close: the running ingest stops at its next checkpoint
+        self._fill: Callable[[Callable[[], None]], tuple[int, int]] | None = None  # keep_filling
 
     def get(self, job_id: str) -> IngestJob | None:
         with self._lock:
@@ -88,6 +91,34 @@ class KnowledgeWriter:
     async def run(self, fn: Callable[..., T], *args) -> T:
         """Run another KB write (a delete) on the writer thread, after the jobs queued before it."""
         return await asyncio.wrap_future(self._pool.submit(fn, *args))
+
+    def keep_filling(self, fill: Callable[[Callable[[], None]], tuple[int, int]]) -> None:
+        """Run `fill(checkpoint)` on the writer thread now and after every ingest job: work that
+        follows the KB's contents, yielding to answers at each checkpoint and stopping there when
+        the server does. It returns (computed, already kept), for the log."""
+        self._fill = fill
+        self._submit_fill()
+
+    def _submit_fill(self) -> None:
+        if self._fill is None or self._stopping.is_set():
+            return
+        try:
+            self._pool.submit(self._run_fill)
+        except RuntimeError:  # closed meanwhile
+            pass
+
+    def _run_fill(self) -> None:
+        started = time.monotonic()
+        try:
+            computed, kept = self._fill(self._checkpoint)
+        except IngestCancelled:
+            return
+        except Exception:  # the rows are an optimisation: answers go on computing them on first use
+            log.exception("keeping passage rows in the background failed")
+            return
+        if computed:
+            log.info("kept passage rows: %d computed in %.0f s, %d kept before", computed,
+                     time.monotonic() - started, kept)
 
     def close(self) -> None:
         """Drop the queued jobs (their staged files are cleared at the next start) and stop the running
@@ -141,3 +172,4 @@ class KnowledgeWriter:
                 path.unlink(missing_ok=True)
             self._set(job, **result, error=error, status="failed" if error else "succeeded",
                       finished_at=int(time.time()))
+            self._submit_fill()  # the new documents' passages

@@ -6,8 +6,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from app.accelerator import Accelerator
+from app.answer.passage_kv import fill
 from app.engine import Engine
 from app.jobs import KnowledgeWriter
 from app.settings import Settings
@@ -48,6 +50,11 @@ class AppState:
             self.engine = engine
             self.status = "ready"
             log.info("ready")
+            store = engine.passage_kv
+            if store is not None and store.passages and store.dir is not None:
+                # every passage's rows kept ahead, as `hexrag kb passage-kv` would: the first question
+                # about any entry then waits only for its own tokens
+                self.writer.keep_filling(partial(fill, engine.kb, store))
         except Exception as e:  # reported by /health, and to whoever started the server
             log.error("start-up failed: %s", e)
             self.status, self.error = "error", str(e)

@@ -243,3 +243,66 @@ def test_kb_passage_kv_keeps_every_chunk_once(smollm_build, tiny_builds, docs, t
     assert len(list((tmp_path / "kb" / "passage_kv").rglob("*.npz"))) == 6
     again = cli("kb", "passage-kv", "--no-voice")
     assert "text answers: 0 passages computed, 2 already kept" in again.stdout, again.stdout
+
+
+def test_the_server_keeps_every_passages_rows_in_the_background(smollm_build, tiny_builds, docs, tmp_path):
+    """Without a command, a served KB's chunks get their rows for voice and text answers after start-up
+    and an upload's chunks after its ingest, while questions are answered; nothing is computed twice."""
+    import re
+    import time
+
+    import httpx
+
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+    from tests.api_server import Server
+
+    kb = tmp_path / "kb"
+    with KnowledgeBase.open(kb, Embedder(tiny_builds["bert"])) as base:
+        base.ingest(docs, progress=False)
+    rows = kb / PASSAGE_KV_DIR
+
+    def kept(n: int) -> list:
+        deadline = time.monotonic() + 120
+        while len(files := sorted(rows.rglob("*.npz"))) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return files
+
+    srv = Server(smollm_build, tiny_builds["bert"], kb, tmp_path / "log.txt")
+    try:
+        srv.wait_ready()
+        chat = {"messages": [{"role": "user", "content": "How do I change the wiper blades?"}], "max_tokens": 8}
+        assert httpx.post(srv.url + "/v1/chat/completions", json=chat, timeout=120).status_code == 200
+        # each of the 2 chunks for each answer style, and each style's instructions
+        assert len(before := kept(6)) == 6
+        upload = {"files": ("tyres.md", b"# Tyres\n\n## Pressure\n\nInflate the tyres to 240 kPa when cold.\n")}
+        job = httpx.post(srv.url + "/v1/knowledge/documents", files=upload, timeout=60).json()
+        assert srv.wait_job(job)["status"] == "succeeded"
+        after = kept(8)
+        time.sleep(1.0)  # a fill that would go on computing what it keeps already
+        assert len(after) == 8 and set(before) < set(after) and sorted(rows.rglob("*.npz")) == after
+    finally:
+        srv.stop()
+    # after start-up (less what the question computed on first use), then the upload's chunk, both styles
+    fills = re.findall(r"kept passage rows: (\d+) computed", (tmp_path / "log.txt").read_text())
+    assert len(fills) == 2 and fills[1] == "2", fills
+
+
+def test_keeping_every_passage_stops_at_the_disk_budget_and_skips_what_is_kept(smollm_build, tiny_builds, docs,
+                                                                               tmp_path):
+    from app.answer.passage_kv import PassageKV, prepare
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+
+    llm = LLM(smollm_build)
+    with KnowledgeBase.open(tmp_path / "kb", Embedder(tiny_builds["bert"])) as kb:
+        kb.ingest(docs, progress=False)
+        tight = PassageKV(llm, tmp_path / "tight", disk_bytes=1)  # the instructions' rows fill it
+        assert prepare(kb, tight, voice=False, progress=False) == (0, 0)
+        assert len(list((tmp_path / "tight").rglob("*.npz"))) == 1 and tight.full
+        store = PassageKV(llm, tmp_path / "rows")
+        calls = []
+        assert prepare(kb, store, voice=False, progress=False, checkpoint=lambda: calls.append(1)) == (2, 0)
+        assert len(calls) == 2 and not store.full
+        again = PassageKV(llm, tmp_path / "rows")  # another process: what is on disk counts as kept, unread
+        assert prepare(kb, again, voice=False, progress=False) == (0, 2) and again.loaded == 1  # the instructions

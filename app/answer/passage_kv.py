@@ -1,5 +1,6 @@
 """Kept KV rows: the rows of the answer instructions (always, in memory) and, with passage KV, of a
-passage (kept on disk), computed once and placed into every later prompt that starts with the same
+passage (kept on disk), computed once (by the server in the background, `fill`, or on first use)
+and placed into every later prompt that starts with the same
 instructions or shows the same passage first, so prefill covers only the question (runtime
 Decoder.place re-rotates keys to where the rows land).
 
@@ -22,6 +23,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -62,11 +64,31 @@ class PassageKV:
         self.disk_bytes = DISK_BYTES if disk_bytes is None else disk_bytes
         self._memory: OrderedDict[str, KVRows] = OrderedDict()
         self._lock = threading.Lock()
+        # bytes of rows on disk after the last save, and that save's size (`full`)
+        self._disk_used = sum(f.stat().st_size for f in self.dir.glob("*/*.npz")) if self.dir is not None else 0
+        self._last_saved = 0
         self.computed = self.loaded = self.hits = 0  # where rows came from, for reports
+
+    def _key(self, prefix: list[int], ids: list[int]) -> str:
+        return hashlib.sha256(f"{self.llm.model_id}|{self.precision}|{prefix}|{ids}".encode()).hexdigest()
+
+    def kept(self, prefix: list[int], ids: list[int]) -> bool:
+        """Whether the rows of `ids` after `prefix` are kept (in memory or on disk), without reading them."""
+        key = self._key(prefix, ids)
+        with self._lock:
+            if key in self._memory:
+                return True
+        path = self._path(key)
+        return path is not None and path.is_file()
+
+    @property
+    def full(self) -> bool:
+        """Whether the disk budget is used up: another passage's rows would push older ones out."""
+        return self.dir is not None and self._disk_used + self._last_saved > self.disk_bytes
 
     def rows(self, prefix: list[int], ids: list[int]) -> KVRows:
         """The rows of `ids` after `prefix`: from memory, else from disk, else computed (and kept)."""
-        key = hashlib.sha256(f"{self.llm.model_id}|{self.precision}|{prefix}|{ids}".encode()).hexdigest()
+        key = self._key(prefix, ids)
         with self._lock:
             if key in self._memory:
                 self._memory.move_to_end(key)
@@ -136,6 +158,7 @@ class PassageKV:
         with os.fdopen(fd, "wb") as out:
             np.savez(out, layers=np.int64(len(rows.keys)), **arrays)
         os.replace(tmp, path)
+        self._last_saved = path.stat().st_size
         self._evict(keep=path)
         return stored
 
@@ -157,6 +180,7 @@ class PassageKV:
             if f != keep:
                 f.unlink(missing_ok=True)
                 total -= size
+        self._disk_used = total
 
 
 def _pack(a: np.ndarray, precision: Precision, name: str) -> dict[str, np.ndarray]:
@@ -190,19 +214,41 @@ def kept_rows(llm: LLM, kb_dir: Path | None, passages: bool | None = None,
                      disk_bytes=disk_bytes, precision=precision)
 
 
-def prepare(kb, store: PassageKV, voice: bool, progress: bool = True) -> tuple[int, int]:
+def prepare(kb, store: PassageKV, voice: bool, progress: bool = True,
+            checkpoint: Callable[[], None] | None = None) -> tuple[int, int]:
     """Keep the rows of the instructions of text answers or of voice answers, and of every chunk
-    of the KB as an answer shows it first (its FAQ entry, or its chunk of a section) after them:
-    what a question about any entry then places instead of prefilling. Returns the passages
-    computed and the passages already kept."""
+    of the KB as an answer shows it first (its FAQ entry, or its chunk of a section when nothing
+    else of the section is shown with it) after them: what a question about any entry then places
+    instead of prefilling. Stops when the disk budget is used up (`PassageKV.full`): beyond it each
+    passage would push out another. `checkpoint`: called before each passage (the server's
+    background fill yields to questions there, and stops by raising). Returns the passages computed
+    and the passages already kept."""
     from tqdm import tqdm
 
     messages = _one_question(kb.profile, voice)
     llm = store.llm
     store.warm(kb.profile, (voice,))
-    before = store.computed, store.loaded
+    computed = kept = 0
     for hit in tqdm(kb.all_hits(), unit="passage", disable=not progress, desc="passage KV", leave=False):
+        if checkpoint is not None:
+            checkpoint()
         built = passage_prompt(llm, messages, [Passage.of(1, hit)])
+        if len(built.ids) >= llm.context:  # no answer shows it: no room for the question
+            continue
         for offset, n in built.spans:
-            store.rows(built.prefix, built.ids[offset:offset + n])
-    return store.computed - before[0], store.loaded - before[1]
+            ids = built.ids[offset:offset + n]
+            if store.kept(built.prefix, ids):
+                kept += 1
+            elif store.full:
+                return computed, kept
+            else:
+                store.rows(built.prefix, ids)
+                computed += 1
+    return computed, kept
+
+
+def fill(kb, store: PassageKV, checkpoint: Callable[[], None]) -> tuple[int, int]:
+    """The server's background fill after start-up and after each ingest: `prepare` for voice
+    answers, whose first words wait on these rows, then for text answers."""
+    counts = [prepare(kb, store, voice, progress=False, checkpoint=checkpoint) for voice in (True, False)]
+    return sum(c for c, _ in counts), sum(k for _, k in counts)
