@@ -690,7 +690,8 @@ def test_a_chunk_is_shown_with_the_chunks_of_its_section_that_best_match_the_que
     # with room for all: those far less relevant than the best are not shown (BUDGET_MARGIN)
     assert _fit(Words(), KB(), question, parts(question), [chunks[1]], 500, window=100)[0].body == (
         "PERMANENT_LIFETIME How long a permanent session lives. Default: 31 days. Can be an int.")
-    assert _fit(Words(), KB(), question, parts(question), [chunks[0]], 16, window=100)[0].body == chunks[0].text  # no room: the chunk
+    no_room = _fit(Words(), KB(), question, parts(question), [chunks[0]], 16, window=100)
+    assert no_room[0].body == chunks[0].text  # the chunk alone
     alone = Hit(9, "A section of one chunk.", "a.md", "a.md", "A", None, 0.3, {"dense": 0.3})
     assert _fit(Words(), KB(), question, parts(question), [alone], 500)[0].body == alone.text
 
