@@ -25,6 +25,9 @@ from knowledge import IngestCancelled, KnowledgeBase, KnowledgeError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 KEEP_FINISHED = 200  # finished jobs remembered for GET /v1/knowledge/jobs/{id}
+# quiet before the fill computes its next passage: a user's follow-up question often comes within
+# seconds, and one that arrives during a passage waits for it
+FILL_IDLE_S = 2.0
 
 
 class FileFailure(BaseModel):
@@ -64,6 +67,8 @@ class KnowledgeWriter:
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # set by close: the running ingest stops at its next checkpoint
         self._fill: Callable[[Callable[[], None]], tuple[int, int]] | None = None  # keep_filling
+        self._waiting = 0  # KB writes submitted and not yet started (`_write`)
+        self._queued = threading.Event()  # set while one waits: a fill gives the thread up
 
     def get(self, job_id: str) -> IngestJob | None:
         with self._lock:
@@ -85,17 +90,36 @@ class KnowledgeWriter:
             finished = [i for i, j in self._jobs.items() if j.finished_at is not None]
             for old in finished[:max(0, len(finished) - KEEP_FINISHED)]:
                 del self._jobs[old]
-        self._pool.submit(self._run, job, kb, staged)
+        self._write(self._run, job, kb, staged)
         return job
 
     async def run(self, fn: Callable[..., T], *args) -> T:
         """Run another KB write (a delete) on the writer thread, after the jobs queued before it."""
-        return await asyncio.wrap_future(self._pool.submit(fn, *args))
+        return await asyncio.wrap_future(self._write(fn, *args))
+
+    def _write(self, fn: Callable[..., T], *args):
+        """Submit a KB write; until it starts, a running fill gives the thread up at its next
+        checkpoint, and after it the fill goes on (with an ingest's new passages)."""
+        def started():
+            with self._lock:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._queued.clear()
+            try:
+                return fn(*args)
+            finally:
+                self._submit_fill()
+
+        with self._lock:
+            self._waiting += 1
+            self._queued.set()
+        return self._pool.submit(started)
 
     def keep_filling(self, fill: Callable[[Callable[[], None]], tuple[int, int]]) -> None:
-        """Run `fill(checkpoint)` on the writer thread now and after every ingest job: work that
-        follows the KB's contents, yielding to answers at each checkpoint and stopping there when
-        the server does. It returns (computed, already kept), for the log."""
+        """Run `fill(checkpoint)` on the writer thread now and after every KB write: work that
+        follows the KB's contents; at each checkpoint it waits for a quiet spell without questions,
+        and stops there for a waiting write (it runs again after it) or a closing server. It
+        returns (computed, already kept), for the log."""
         self._fill = fill
         self._submit_fill()
 
@@ -107,10 +131,18 @@ class KnowledgeWriter:
         except RuntimeError:  # closed meanwhile
             pass
 
+    def _fill_checkpoint(self) -> None:
+        """Between a fill's passages: wait for a quiet spell of FILL_IDLE_S without questions; give
+        the thread up to a waiting KB write (after an ingest the fill runs again) or a closing server."""
+        if self._foreground is not None:
+            self._foreground.wait_idle(self._stopping, FILL_IDLE_S, self._queued)
+        if self._stopping.is_set() or self._queued.is_set():
+            raise IngestCancelled("the fill gives way")
+
     def _run_fill(self) -> None:
         started = time.monotonic()
         try:
-            computed, kept = self._fill(self._checkpoint)
+            computed, kept = self._fill(self._fill_checkpoint)
         except IngestCancelled:
             return
         except Exception:  # the rows are an optimisation: answers go on computing them on first use
@@ -172,4 +204,3 @@ class KnowledgeWriter:
                 path.unlink(missing_ok=True)
             self._set(job, **result, error=error, status="failed" if error else "succeeded",
                       finished_at=int(time.time()))
-            self._submit_fill()  # the new documents' passages

@@ -452,6 +452,50 @@ def test_an_upload_ingest_waits_while_interactive_requests_run(tmp_path, embedde
         assert writer.get(job.id).status == "succeeded" and [d.name for d in kb.list_documents()] == ["note.md"]
 
 
+def test_a_background_fill_waits_for_quiet_and_gives_way_to_writes(tmp_path, embedder):
+    """The writer's background fill computes a step only after FILL_IDLE_S without questions, stops for
+    a KB write that waits (a delete) and goes on after it, and stops when the writer closes."""
+    import asyncio
+    import threading
+    import time
+
+    from app import jobs
+    from app.jobs import KnowledgeWriter
+    from app.priority import Foreground
+
+    steps, runs, go = [], [], threading.Event()
+
+    def fill(checkpoint):
+        runs.append(time.monotonic())
+        for _ in range(100):
+            checkpoint()
+            steps.append(time.monotonic())
+            go.wait(0.05)
+        return len(steps), 0
+
+    foreground = Foreground()
+    writer = KnowledgeWriter(max_pending=2, foreground=foreground)
+    foreground.enter()  # a question in flight
+    writer.keep_filling(fill)
+    time.sleep(0.3)
+    assert len(runs) == 1 and steps == []
+    foreground.exit()
+    ended = time.monotonic()
+    deadline = ended + jobs.FILL_IDLE_S + 2
+    while not steps and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert steps and steps[0] - ended >= jobs.FILL_IDLE_S - 0.05  # a quiet spell first
+    wrote = asyncio.run(writer.run(lambda: len(steps)))  # a delete waits for one step at most
+    assert wrote < 100
+    deadline = time.monotonic() + 5
+    while len(runs) < 2 and time.monotonic() < deadline:  # and the fill goes on after it
+        time.sleep(0.02)
+    assert len(runs) == 2
+    started = time.monotonic()
+    writer.close()
+    assert time.monotonic() - started < 1 and len(steps) < 200
+
+
 def test_searches_do_not_wait_for_an_ingest(tmp_path, embedder, monkeypatch):
     """While a long ingest embeds its files, a search answers at once: only each document's commit
     holds the lock searches take. The documents it has committed are found whole."""
