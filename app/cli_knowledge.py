@@ -189,6 +189,10 @@ def kb_passage_kv(kb_dir, llm_dir, voice, max_mb, precision) -> None:
         for spoken in ([False, True] if voice else [False]):
             computed, kept = prepare(base, store, voice=spoken)
             click.echo(f"{'voice' if spoken else 'text'} answers: {computed} passages computed, {kept} already kept")
+            if store.full:
+                click.echo(f"the disk budget ({store.disk_bytes / 2**20:.0f} MB) is used up: the other passages are "
+                           "computed on first use (--max-mb raises it)")
+                break
     size = sum(p.stat().st_size for p in (base.dir / PASSAGE_KV_DIR).rglob("*.npz"))
     click.echo(f"{base.dir / PASSAGE_KV_DIR}: {size / 2**20:.1f} MB for {llm.name}")
 

@@ -243,6 +243,10 @@ def test_kb_passage_kv_keeps_every_chunk_once(smollm_build, tiny_builds, docs, t
     assert len(list((tmp_path / "kb" / "passage_kv").rglob("*.npz"))) == 6
     again = cli("kb", "passage-kv", "--no-voice")
     assert "text answers: 0 passages computed, 2 already kept" in again.stdout, again.stdout
+    env["HEXRAG_KB"] = str(tmp_path / "kb2")
+    assert cli("ingest", str(docs), "--quiet").returncode == 0
+    tight = cli("kb", "passage-kv", "--max-mb", "1")
+    assert tight.returncode == 0 and "the disk budget (1 MB) is used up" in tight.stdout, tight.stdout
 
 
 def test_the_server_keeps_every_passages_rows_in_the_background(smollm_build, tiny_builds, docs, tmp_path):
