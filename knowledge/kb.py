@@ -422,16 +422,18 @@ class KnowledgeBase:
         """Every chunk of the hit's section (or FAQ entry) in document order, each scored by its cosine
         with `query` (`scores["dense"]`, from the stored vectors) when one is given and the embedder reads
         it: a long section is indexed in windows and one of them stands for it in a search, while the
-        sentence that answers may sit in another. Just the hit when the document changed since."""
+        sentence that answers may sit in another. Just the hit for a section of one chunk (an FAQ entry:
+        nothing to score) or when the document changed since."""
+        scored = bool(query) and self.embedder is not None and self.unknown_share(query) <= MAX_UNKNOWN_SHARE
         with self._lock, self.store.reading():
             ids = self.store.section_chunk_ids(hit.document_id, hit.heading, hit.entry_id)
-            if hit.chunk_id not in ids:
+            if len(ids) < 2 or hit.chunk_id not in ids:
                 return [hit]
             records = self.store.chunks(ids)
-            cosines = {}
-            if query and self.embedder is not None and self.unknown_share(query) <= MAX_UNKNOWN_SHARE:
-                qvec = self.embedder.embed([query], kind="query").vectors[0]
-                cosines = dict(zip(ids, (self.store.vectors(np.array(ids, np.int64), self.dim) @ qvec).tolist()))
+            vectors = self.store.vectors(np.array(ids, np.int64), self.dim) if scored else None
+        cosines = {}
+        if vectors is not None:  # the query embedded outside the lock: searches need not wait for it
+            cosines = dict(zip(ids, (vectors @ self.embedder.embed([query], kind="query").vectors[0]).tolist()))
         return [Hit(i, r.text, r.source, r.name, r.heading, r.entry_id, cosines.get(i, 0.0),
                     {"dense": cosines[i]} if i in cosines else {}, r.start, r.end, r.document_id,
                     SCORE_KINDS["dense"] if cosines else "") for i, r in ((i, records[i]) for i in ids)]
