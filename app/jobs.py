@@ -67,8 +67,7 @@ class KnowledgeWriter:
         self._lock = threading.Lock()
         self._stopping = threading.Event()  # set by close: the running ingest stops at its next checkpoint
         self._fill: Callable[[Callable[[], None]], tuple[int, int]] | None = None  # keep_filling
-        self._waiting = 0  # KB writes submitted and not yet started (`_write`)
-        self._queued = threading.Event()  # set while one waits: a fill gives the thread up
+        self._waiting = 0  # KB writes submitted and not yet started (`_write`): a fill gives the thread up
 
     def get(self, job_id: str) -> IngestJob | None:
         with self._lock:
@@ -103,8 +102,6 @@ class KnowledgeWriter:
         def started():
             with self._lock:
                 self._waiting -= 1
-                if not self._waiting:
-                    self._queued.clear()
             try:
                 return fn(*args)
             finally:
@@ -112,7 +109,6 @@ class KnowledgeWriter:
 
         with self._lock:
             self._waiting += 1
-            self._queued.set()
         return self._pool.submit(started)
 
     def keep_filling(self, fill: Callable[[Callable[[], None]], tuple[int, int]]) -> None:
@@ -135,8 +131,8 @@ class KnowledgeWriter:
         """Between a fill's passages: wait for a quiet spell of FILL_IDLE_S without questions; give
         the thread up to a waiting KB write (after an ingest the fill runs again) or a closing server."""
         if self._foreground is not None:
-            self._foreground.wait_idle(self._stopping, FILL_IDLE_S, self._queued)
-        if self._stopping.is_set() or self._queued.is_set():
+            self._foreground.wait_idle(self._stopping, FILL_IDLE_S, give_way=lambda: self._waiting > 0)
+        if self._stopping.is_set() or self._waiting:
             raise IngestCancelled("the fill gives way")
 
     def _run_fill(self) -> None:

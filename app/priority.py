@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 MAX_YIELD_S = 2.0  # a step waits at most this long, so an ingest still moves under steady traffic
 POLL_S = 0.02
@@ -33,11 +34,11 @@ class Foreground:
             self._active -= 1
             self._last_end = time.monotonic()
 
-    def wait_idle(self, stop: threading.Event, idle_s: float, give_way: threading.Event) -> None:
+    def wait_idle(self, stop: threading.Event, idle_s: float, give_way: Callable[[], bool]) -> None:
         """Block until no interactive request is in flight and none has ended for `idle_s` (a user's
-        next question often follows within seconds), or until `stop` or `give_way` is set. For work
-        that may wait any time: nothing depends on it finishing soon."""
-        while not (stop.is_set() or give_way.is_set()):
+        next question often follows within seconds), or until `stop` is set or `give_way()` is true.
+        For work that may wait any time: nothing depends on it finishing soon."""
+        while not (stop.is_set() or give_way()):
             quiet = time.monotonic() - self._last_end
             if not self.active and quiet >= idle_s:
                 return
