@@ -259,7 +259,7 @@ class Verifier:
         invented = [f for f in check.unsupported if f.kind not in ("place", "negation") and not stated(f)]
         # a name copied with one part changed is the passages' name misread: their sentence stating it
         # is the source (identifiers.misquoted)
-        names = identifiers(written)
+        names = identifiers(written) if invented else []
         meant = {f.key: m for f in invented if (m := misquoted(f, names))}
         invented = [f for f in invented if f.key not in meant]
         if invented or any(f.kind == "reply" for f in check.unsupported):
