@@ -540,7 +540,6 @@ KQ_EXPORT int hexrag_kq_force_path(int path) {
   return current_path();
 }
 
-
 /* y[m, n] = alpha · x[m, k] · Wᵀ on the calling thread; returns 0 or an error message */
 KQ_EXPORT const char *hexrag_kq_matmul(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
                                        const float *x, int64_t m, float *y, float alpha) {
@@ -553,9 +552,9 @@ KQ_EXPORT const char *hexrag_kq_matmul(int64_t type, const uint8_t *w, int64_t w
   return 0;
 }
 
-/* rows ids[0..count) of n rows of blocks, as floats [count, k]; 0 or why not */
-static const char *gather(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k, const int32_t *ids,
-                          int64_t count, float *y) {
+/* rows ids[0..count) of n rows of blocks, as floats [count, k] (KQuantGather); 0 or why not */
+KQ_EXPORT const char *hexrag_kq_gather(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
+                                       const int32_t *ids, int64_t count, float *y) {
   if (type != KQ_Q4_K && type != KQ_Q6_K) return "KQuantGather: unsupported ggml_type (Q4_K = 12 and Q6_K = 14 are)";
   if (k <= 0 || k % QK) return "KQuantGather: K must be a positive multiple of 256";
   const int64_t nb = k / QK, row_bytes = nb * block_bytes(type);
@@ -568,11 +567,6 @@ static const char *gather(int64_t type, const uint8_t *w, int64_t w_bytes, int64
     else dequantize_q6_k((const block_q6_k *)row, nb, y + i * k);
   }
   return 0;
-}
-
-KQ_EXPORT const char *hexrag_kq_gather(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
-                                       const int32_t *ids, int64_t count, float *y) {
-  return gather(type, w, w_bytes, n, k, ids, count, y);
 }
 
 /* ---- the ONNX Runtime custom ops ---- */
@@ -698,7 +692,7 @@ static OrtStatus *compute_gather(void *kernel_, OrtKernelContext *ctx) {
   io.dims[io.rank] = kn->k;
   void *y;
   TRY(output_of(api, ctx, io.dims, io.rank + 1, &y));
-  const char *err = gather(kn->type, io.w, (int64_t)io.w_count, kn->n, kn->k, io.in, (int64_t)io.count, y);
+  const char *err = hexrag_kq_gather(kn->type, io.w, (int64_t)io.w_count, kn->n, kn->k, io.in, (int64_t)io.count, y);
   return err ? fail(api, err) : 0;
 }
 
