@@ -88,6 +88,8 @@ def test_bench_runs_every_system_beside_the_hogs(tiny_builds, monkeypatch):
     real_spawn = llm_speed._spawn
 
     def spawn(spec):
+        # a hog just started may not have its command line yet (as above): wait for both, 5 s at most
+        _wait_for(lambda: len(_hogs(os.getpid())) >= 2, timeout_s=5.0)
         seen.append(_hogs(os.getpid()))
         return real_spawn(spec)
 
