@@ -102,6 +102,19 @@ def test_fact_keys_are_one_spelling():
     assert [f.key for f in extract_facts("Call 800-555-0199 or use the CCS2 plug.")] == ["8005550199", "ccs2"]
 
 
+def test_a_lists_numbers_are_no_facts_and_a_unit_named_argument_is_an_amount():
+    steps = "You need to follow these steps:\n1. Download the tarball.\n  2) Unpack it onto the USB stick.\n"
+    assert extract_facts(steps) == []
+    assert [f.key for f in extract_facts("Set the volume to 3.\n12. 30 minutes later")] == ["3", "30 min"]
+    assert [f.key for f in extract_facts("Default: timedelta(days=31) (2678400 seconds)")] == ["31 day", "2678400 s"]
+    assert [f.key for f in extract_facts("max_age = 5, hours = 12")] == ["12 h", "5"]  # max_age names no unit
+    passage = "Default: timedelta(days=31)."
+    assert Verifier([passage], question="How long does it last by default?").check("It lasts 31 days by default.").ok
+    assert not Verifier([passage], question="How long does it last?").check("It lasts 30 days.").ok
+    numbered = Verifier(["Copy the files onto the stick. Unpack them into /firmware."], question="How do I load them?")
+    assert numbered.check("Do this:\n1. Copy the files onto the stick.\n").ok
+
+
 def test_extractive_answer_quotes_the_sentence_that_answers():
     assert extract_answer("how much air do the back tyres take?", TYRES).startswith("With a normal load")
     assert extract_answer("what number do I call?", ROADSIDE) == (

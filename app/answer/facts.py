@@ -197,6 +197,10 @@ _BUTTON = re.compile(r"\b((?:[A-Z][\w-]*\s){0,3}[A-Z][\w-]*)\s+(?:button|switch|
 _CONTROL = re.compile(r"\b(?:[Tt]ap|[Ss]elect|[Pp]ress|[Cc]hoose|[Tt]urn on|[Ss]witch on)\s+(?:the\s+)?"
                       r"((?:[A-Z][\w-]*)(?:\s+[A-Z][\w-]*){0,3})")
 _CITATION = re.compile(r"\[\d+\]")
+# a numbered list's "1." or "2)" at a line's start orders the steps; it states nothing
+_ENUMERATOR = re.compile(r"^[ \t]*\d{1,2}[.)](?=[ \t]+\S)", re.M)
+# a value passed as an argument named for its unit ("timedelta(days=31)", "hours = 12") is that many of it
+_UNIT_ARGUMENT = re.compile(r"\b(?P<unit>[a-z]{3,})\s*=\s*(?P<num>\d+(?:\.\d+)?)\b", re.I)
 # a path told in words: "open Settings, then Safety, then Passenger airbag, select Off"; an item is a
 # capitalised word and the words after it up to the next ", then" or the end of the path
 _THEN_ITEM = r"[A-Z][\w-]*(?:\s+[\w-]+){0,3}?"
@@ -225,8 +229,9 @@ def menu_paths(text: str) -> list[list[str]]:
 
 
 def extract_facts(text: str) -> list[Fact]:
-    """Every hard fact in the text, in order of appearance (citation markers [n] are not facts)."""
-    text = normalize(_CITATION.sub(" ", text))
+    """Every hard fact in the text, in order of appearance (citation markers [n] and a list's numbers are
+    not facts)."""
+    text = normalize(_ENUMERATOR.sub(lambda m: " " * len(m.group(0)), _CITATION.sub(" ", text)))
     facts: list[Fact] = []
     taken = [False] * len(text)
 
@@ -243,6 +248,10 @@ def extract_facts(text: str) -> list[Fact]:
         if any(taken[m.start():m.end()]) or re.fullmatch(rf"\d+(?:{_UNIT_ALT})", m.group(0), re.I):
             continue  # "30min", "11kW" are numbers with units
         claim(m, Fact("code", m.group(0).lower().replace("-", ""), m.group(0)))
+    for m in _UNIT_ARGUMENT.finditer(text):
+        unit = _UNIT_OF.get(m.group("unit").lower())
+        if unit and not any(taken[m.start():m.end()]):
+            claim(m, Fact("number", f"{m.group('num')} {unit}", m.group(0)))
     for m in _NUMBER.finditer(text):
         if any(taken[m.start("num"):m.end("num")]):
             continue
