@@ -13,7 +13,8 @@ unix = sys.platform != "win32"
 setup(ext_modules=[Extension(
     "runtime.kquant._kquant",
     sources=["runtime/kquant/kquant.c"],
-    depends=["runtime/kquant/kquant_x86.inc", "runtime/kquant/ort_abi.h"],
+    depends=["runtime/kquant/kquant_x86.inc", "runtime/kquant/kquant_avx512.inc", "runtime/kquant/kquant_neon.inc",
+             "runtime/kquant/ort_abi.h"],
     extra_compile_args=["-O3", "-std=c11", "-fvisibility=hidden"] if unix else ["/O2"],
     libraries=["m"] if unix else [],
     optional=True,

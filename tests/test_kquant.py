@@ -49,14 +49,9 @@ def _library():
     need_kquant()
 
 
-def paths() -> list[str]:
-    best = kquant.kernel_path()
-    return list(kquant.PATHS[:kquant.PATHS.index(best) + 1])
-
-
-@pytest.fixture(params=["scalar", "avx2", "avxvnni", "avx512"])
+@pytest.fixture(params=kquant.PATHS)
 def path(request):
-    if request.param not in paths():
+    if request.param not in kquant.paths_here():
         pytest.skip(f"this CPU has no {request.param}")
     best = kquant.kernel_path()
     assert kquant.force_path(request.param) == request.param
@@ -87,7 +82,7 @@ def test_every_path_is_exactly_the_integer_dot_product_up_to_float_order():
         x = rng.standard_normal((5, k)).astype(np.float32)
         best = kquant.kernel_path()
         outs = {}
-        for p in paths():
+        for p in kquant.paths_here():
             kquant.force_path(p)
             outs[p] = kquant.matmul(blocks, ggml_type, n, k, x)
         kquant.force_path(best)

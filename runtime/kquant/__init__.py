@@ -4,8 +4,9 @@
 next to this file; a machine without a C compiler gets no library, a line in pip's log, and the
 MatMulNBits graphs instead. The library is both an ONNX Runtime custom-op library (`register`
 adds the ops `hexrag.KQuantMatMul` and `hexrag.KQuantGather` to a session) and a plain C library
-(`matmul`, `gather`, for tests and tools). Which path it runs (AVX-512 VNNI, AVX-VNNI, AVX2 or
-portable C) is decided when it loads, from what this CPU reports.
+(`matmul`, `gather`, for tests and tools). Which path it runs (AVX-512 VNNI, AVX-VNNI, AVX2; on aarch64
+NEON with or without the dot-product instructions; or portable C) is decided when it loads, from what
+this CPU reports.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ OP = "KQuantMatMul"
 GATHER_OP = "KQuantGather"
 OPS = (OP, GATHER_OP)
 Q4_K, Q6_K = 12, 14  # GGML's type numbers, the op's `ggml_type`
-PATHS = ("scalar", "avx2", "avxvnni", "avx512")  # the library's path numbers, in order
+PATHS = ("scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod")  # the library's path numbers, in order
 
 
 def library_path() -> Path | None:
@@ -41,6 +42,8 @@ def _lib() -> ctypes.CDLL | None:
         return None
     lib = ctypes.CDLL(str(path))
     lib.hexrag_kq_path.restype = ctypes.c_int
+    lib.hexrag_kq_path_available.argtypes = [ctypes.c_int]
+    lib.hexrag_kq_path_available.restype = ctypes.c_int
     lib.hexrag_kq_force_path.argtypes = [ctypes.c_int]
     lib.hexrag_kq_force_path.restype = ctypes.c_int
     lib.hexrag_kq_matmul.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
@@ -56,16 +59,27 @@ def available() -> bool:
     return library_path() is not None
 
 
+# the paths measured faster than ONNX Runtime's own int4 kernels (docs/benchmarks.md). The portable C path
+# is for correctness, not speed; the NEON ones run a model built with the kernels on another machine (a
+# device's CPU fallback), but an aarch64 build keeps MatMulNBits until they are measured on a device.
+FASTER_THAN_ORT = ("avx2", "avxvnni", "avx512")
+
+
 def preferred() -> bool:
-    """The kernels are built and have a vector path here: builds should use them. The portable C path
-    is for correctness, not speed (ONNX Runtime's own kernels beat it on any CPU with SIMD)."""
-    return available() and kernel_path() != "scalar"
+    """The kernels are built and run a path here that beats ONNX Runtime's own: builds should use them."""
+    return available() and kernel_path() in FASTER_THAN_ORT
 
 
 def kernel_path() -> str | None:
-    """The vector path the library runs here ("avx512", "avxvnni", "avx2", "scalar"), None without a library."""
+    """The path the library runs here (one of PATHS), None without a library."""
     lib = _lib()
     return None if lib is None else PATHS[lib.hexrag_kq_path()]
+
+
+def paths_here() -> list[str]:
+    """Every path this CPU runs, the portable one first and the one in use by default last."""
+    lib = _require()
+    return [p for i, p in enumerate(PATHS) if lib.hexrag_kq_path_available(i)]
 
 
 def force_path(name: str) -> str:

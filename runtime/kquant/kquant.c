@@ -16,7 +16,8 @@
  * was compiled: the build runs on any x86-64, and AVX2 / AVX-VNNI / AVX-512 code lives in functions
  * compiled for that instruction set alone. Below 8 tokens each weight row meets up to four tokens
  * (decode, drafts); from 8 on the tiled product (kquant_x86.inc, kquant_avx512.inc) runs 8 or 16
- * tokens per vector (a prefill).
+ * tokens per vector (a prefill). On aarch64 (kquant_neon.inc) the row kernels run NEON, with the
+ * dot-product instructions where the kernel reports them (HWCAP_ASIMDDP), at every token count.
  *
  * The same library is an ONNX Runtime custom-op library (RegisterCustomOps): the op
  * hexrag.KQuantMatMul(x float[..., K], blocks uint8[N, K/256·bytes]) -> float[..., N], attributes
@@ -37,6 +38,17 @@
 #define KQ_X86 1
 #endif
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#define KQ_ARM 1
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20) /* the kernel's bit for the dot-product instructions */
+#endif
+#endif
+#endif
+
 #if defined(_WIN32)
 #define KQ_EXPORT __declspec(dllexport)
 #else
@@ -46,8 +58,11 @@
 #define QK 256
 
 enum { KQ_Q4_K = 12, KQ_Q6_K = 14 }; /* GGML's type numbers */
-/* best last; avx512 is avxvnni's row kernels with the 512-bit tiled product */
-enum { KQ_PATH_SCALAR = 0, KQ_PATH_AVX2 = 1, KQ_PATH_AVXVNNI = 2, KQ_PATH_AVX512 = 3, KQ_PATH_COUNT = 4 };
+/* best last within an architecture; avx512 is avxvnni's row kernels with the 512-bit tiled product */
+enum {
+  KQ_PATH_SCALAR = 0, KQ_PATH_AVX2 = 1, KQ_PATH_AVXVNNI = 2, KQ_PATH_AVX512 = 3,
+  KQ_PATH_NEON = 4, KQ_PATH_DOTPROD = 5, KQ_PATH_COUNT = 6
+};
 
 typedef struct {
   uint16_t d, dmin;
@@ -299,6 +314,34 @@ static const uint8_t kq_pair_masks[4][32] = {
 #include "kquant_avx512.inc"
 #endif
 
+/* ---- aarch64 vector paths ---- */
+
+#ifdef KQ_ARM
+/* 16 int8 products summed four per int32 lane without the dot-product extension */
+static inline int32x4_t kq_dot_neon(int32x4_t acc, int8x16_t w, int8x16_t y) {
+  return vpadalq_s16(vpadalq_s16(acc, vmull_s8(vget_low_s8(w), vget_low_s8(y))), vmull_high_s8(w, y));
+}
+#define KQ_SUFFIX neon
+#define KQ_TARGET
+#define KQ_DOT(acc, w, y) kq_dot_neon(acc, w, y)
+#include "kquant_neon.inc"
+#undef KQ_SUFFIX
+#undef KQ_TARGET
+#undef KQ_DOT
+
+#define KQ_SUFFIX dotprod
+#if defined(__clang__)
+#define KQ_TARGET __attribute__((target("dotprod")))
+#else
+#define KQ_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+#define KQ_DOT(acc, w, y) vdotq_s32(acc, w, y)
+#include "kquant_neon.inc"
+#undef KQ_SUFFIX
+#undef KQ_TARGET
+#undef KQ_DOT
+#endif
+
 /* ---- dispatch ---- */
 
 typedef void (*dot_fn)(const void *row, const block_q8_k *a, int64_t nb, int64_t stride, int rows, float *out);
@@ -314,6 +357,12 @@ static int path_available(int path) {
   if (path == KQ_PATH_AVX512)
     return vnni && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+#ifdef KQ_ARM
+  if (path == KQ_PATH_NEON) return 1; /* Advanced SIMD is part of every aarch64 CPU */
+#if defined(__linux__)
+  if (path == KQ_PATH_DOTPROD) return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
 #endif
   return 0;
 }
@@ -338,6 +387,10 @@ static dot_fn dot_for(int type) {
     case KQ_PATH_AVXVNNI:
     case KQ_PATH_AVX512:
       return type == KQ_Q4_K ? dot_q4_k_rows_avxvnni : type == KQ_Q6_K ? dot_q6_k_rows_avxvnni : NULL;
+#endif
+#ifdef KQ_ARM
+    case KQ_PATH_NEON: return type == KQ_Q4_K ? dot_q4_k_neon : type == KQ_Q6_K ? dot_q6_k_neon : NULL;
+    case KQ_PATH_DOTPROD: return type == KQ_Q4_K ? dot_q4_k_dotprod : type == KQ_Q6_K ? dot_q6_k_dotprod : NULL;
 #endif
     default: return type == KQ_Q4_K ? dot_q4_k_rows_scalar : type == KQ_Q6_K ? dot_q6_k_rows_scalar : NULL;
   }
@@ -534,9 +587,12 @@ static const char *prepare(job *jb, int64_t type, const uint8_t *w, int64_t w_by
 
 KQ_EXPORT int hexrag_kq_path(void) { return current_path(); }
 
+/* whether this CPU runs a path (its instructions are there) */
+KQ_EXPORT int hexrag_kq_path_available(int path) { return path >= 0 && path < KQ_PATH_COUNT && path_available(path); }
+
 /* forces a path for tests; returns the path now in use (an unavailable one is refused) */
 KQ_EXPORT int hexrag_kq_force_path(int path) {
-  if (path >= 0 && path < KQ_PATH_COUNT && path_available(path)) kq_path = path;
+  if (hexrag_kq_path_available(path)) kq_path = path;
   return current_path();
 }
 
