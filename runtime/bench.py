@@ -1,6 +1,7 @@
 """Runtime benchmark (not a test): TTFT, prefill and decode speed, peak RSS, and prefix reuse.
 
     python -m runtime.bench --model models/smollm2-135m-instruct [--lengths 32,128,512] [--gen 128]
+    python -m runtime.bench --model M --beside-fill 15   # first tokens while passage rows are computed
 
 Each configuration runs --runs times; medians are printed. Prompts are real text cut to N tokens,
 generation is greedy with end-of-turn tokens ignored so every run produces exactly --gen tokens.
@@ -9,8 +10,10 @@ generation is greedy with end-of-turn tokens ignored so every run produces exact
 from __future__ import annotations
 
 import argparse
+import random
 import resource
 import statistics
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -75,6 +78,56 @@ def run_prefix_reuse(llm: LLM, runs: int) -> dict:
             "warm_ms": warm_ms, "speedup": cold_ms / warm_ms}
 
 
+FILL_PREFIX, FILL_PASSAGE, FILL_QUESTION = 130, 110, 150  # tokens: instructions, a passage, a question
+
+
+def run_beside_fill(llm: LLM, questions: int, mode: str) -> list[float]:
+    """First-token times (ms) of `questions` prompts (a kept prefix and 150 tokens), 0.3-1.2 s apart,
+    while a thread computes passages' rows after that prefix without pause (the server's fill at its
+    busiest). mode "quiet": no fill; "wait": the fill's steps run to their end (hexrag before
+    2026-12-05); "interrupt": a question stops the step in progress (LLM.kv_rows(background=True))."""
+    from runtime.errors import Interrupted
+
+    text = prompt_of(llm, FILL_PREFIX + FILL_QUESTION + FILL_PASSAGE)
+    prefix, question = text[:FILL_PREFIX], text[:FILL_PREFIX + FILL_QUESTION]
+    pick = random.Random(1)
+    llm.decoder.reset()
+    llm.kv_rows([], prefix)
+    stop, asking = threading.Event(), threading.Event()
+
+    def fill():
+        while not stop.is_set():
+            start = pick.randrange(FILL_PREFIX)  # another passage each time
+            try:
+                llm.kv_rows(prefix, text[start:start + FILL_PASSAGE], background=mode == "interrupt")
+            except Interrupted:
+                while asking.is_set() and not stop.is_set():
+                    time.sleep(0.01)
+
+    filler = threading.Thread(target=fill) if mode != "quiet" else None
+    if filler:
+        filler.start()
+    waits = []
+    try:
+        for _ in range(questions):
+            time.sleep(pick.uniform(0.3, 1.2))
+            if filler is None:
+                llm.decoder.rewind(len(prefix))  # where a fill leaves the cache
+            asking.set()
+            started = time.perf_counter()
+            steps = iter(llm.generate(question, max_new_tokens=2))
+            next(steps, None)
+            waits.append((time.perf_counter() - started) * 1000)
+            for _ in steps:  # the rest, then the model is free
+                pass
+            asking.clear()
+    finally:
+        stop.set()
+        if filler:
+            filler.join()
+    return waits
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -83,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--beside-fill", type=int, default=0, metavar="N",
+                    help="only: N questions' first tokens with no fill, a fill they wait for, one they interrupt")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -92,6 +147,14 @@ def main(argv: list[str] | None = None) -> None:
     llm = LLM(args.model, RuntimeOptions(backend=args.backend, threads=args.threads))
     load_s = time.perf_counter() - t0
     llm.stop_ids = set()  # exactly --gen tokens per run
+    if args.beside_fill:
+        print(f"model {llm.name}: first token of {args.beside_fill} questions ({FILL_QUESTION} tokens after a kept "
+              f"{FILL_PREFIX}), ms, beside a fill of {FILL_PASSAGE}-token passages")
+        for mode in ("quiet", "wait", "interrupt"):
+            waits = sorted(run_beside_fill(llm, args.beside_fill, mode))
+            print(f"  {mode:>9}: median {statistics.median(waits):.0f}  p90 {waits[int(0.9 * len(waits)) - 1]:.0f}  "
+                  f"max {waits[-1]:.0f}")
+        return
     lengths = [int(x) for x in args.lengths.split(",")]
     if max(lengths) + args.gen > llm.context:
         raise SystemExit(f"error: prompt {max(lengths)} + {args.gen} tokens exceed the model's context {llm.context}")

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 
 from models.contract import contract_mismatch, is_inplace, rotary_tables
 from models.manifest import Manifest, load_manifest
-from runtime.errors import ContextOverflowError, RuntimeModelError
+from runtime.errors import ContextOverflowError, Interrupted, RuntimeModelError
 from runtime.graphs import graph_paths
 from runtime.kv_cache import KVRows, StaticKVCache, rerotate
 from runtime.options import RuntimeOptions
@@ -76,6 +77,7 @@ class Decoder:
         # every graph's inputs and outputs, allocated once; the KV I/O is the cache itself
         self.io = {(g.seq, 1): _StepBuffers(g, self.cache) for g in m.graphs if g.name != START_GRAPH}
         self._bindings: dict[tuple, tuple] = {}  # (id(session), seq, rows) -> (session, its binding)
+        self._run_options = ort.RunOptions()  # its terminate flag stops a run from another thread (interrupt)
         # graphs built since 2026-12-03 take a vector of positions to score (`last_index` [R]);
         # earlier ones score one, and decode without drafts
         self.scores_every_position = self.inplace and all(
@@ -87,6 +89,15 @@ class Decoder:
 
     def reset(self) -> None:
         self.rewind(0)
+
+    def interrupt(self) -> None:
+        """Stop the graph run in progress, from any thread, and every run after it until `resume`: the
+        run raises Interrupted at its next operator (ONNX Runtime's terminate flag; a context binary on
+        the HTP is one operator, and finishes first), leaving the cache as it was before that step."""
+        self._run_options.terminate = True
+
+    def resume(self) -> None:
+        self._run_options.terminate = False
 
     def rewind(self, length: int) -> None:
         """Keep only the first `length` cached tokens (for prefix reuse)."""
@@ -239,7 +250,12 @@ class Decoder:
         entry = self._bindings.get(key)
         if entry is None or entry[0] is not session:
             entry = self._bindings[key] = (session, session.bind(inputs, outputs))
-        session.run_bound(entry[1])
+        try:
+            session.run_bound(entry[1], self._run_options)
+        except Exception:
+            if self._run_options.terminate:
+                raise Interrupted("the step was stopped for another request") from None
+            raise
         return outputs
 
 

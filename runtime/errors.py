@@ -5,6 +5,11 @@ class RuntimeModelError(Exception):
     """The model directory cannot run here (wrong backend, target or version); the message says why."""
 
 
+class Interrupted(Exception):
+    """Background work on the model (keeping a passage's rows) stopped for a request a user waits on;
+    the model's cache holds what it held before the interrupted step."""
+
+
 class ContextOverflowError(Exception):
     """The prompt (plus what is already cached) does not fit the model's context."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tokenizers import Tokenizer
 from models.manifest import Manifest
 from runtime.chat_template import ChatTemplate
 from runtime.decoder import Decoder
-from runtime.errors import ContextOverflowError, RuntimeModelError
+from runtime.errors import ContextOverflowError, Interrupted, RuntimeModelError
 from runtime.kv_cache import KVRows
 from runtime.lookup import PromptLookup
 from runtime.options import RuntimeOptions
@@ -125,6 +126,9 @@ class LLM:
         self.template = ChatTemplate((self.decoder.dir / template).read_text(), m.tokenizer.bos_token,
                                      m.tokenizer.eos_token) if template else None
         self._busy = threading.Lock()  # one generation at a time owns the KV cache
+        self._flags = threading.Lock()  # guards the two below
+        self._waiting = 0  # requests waiting for the cache
+        self._background = False  # the cache's owner is background work, which a request interrupts
 
     # ---- prompts ----------------------------------------------------------------------
     def chat_prompt(self, messages: list[dict]) -> str:
@@ -144,10 +148,43 @@ class LLM:
         return self.encode(self.chat_prompt(messages))
 
     # ---- generation -------------------------------------------------------------------
-    def kv_rows(self, prefix: list[int], ids: list[int]) -> KVRows:
-        """The KV rows `ids` leave in the cache right after `prefix`, to be placed into later prompts
-        (`generate(placed=...)`); the cache keeps the prefix."""
+    @contextmanager
+    def _owning(self, background: bool = False):
+        """Own the KV cache. A request (background=False) interrupts background work that owns it
+        (Decoder.interrupt): the user's question waits for the operator in progress, not for a whole
+        passage's prefill. Background work raises Interrupted at once while a request is waiting."""
+        if not background:
+            with self._flags:
+                self._waiting += 1
+                if self._background:
+                    self.decoder.interrupt()
+            try:
+                self._busy.acquire()
+            finally:
+                with self._flags:
+                    self._waiting -= 1
+            try:
+                yield
+            finally:
+                self._busy.release()
+            return
         with self._busy:
+            with self._flags:
+                if self._waiting:
+                    raise Interrupted("a request is waiting for the model")
+                self._background = True
+            try:
+                yield
+            finally:
+                with self._flags:
+                    self._background = False
+                    self.decoder.resume()
+
+    def kv_rows(self, prefix: list[int], ids: list[int], background: bool = False) -> KVRows:
+        """The KV rows `ids` leave in the cache right after `prefix`, to be placed into later prompts
+        (`generate(placed=...)`); the cache keeps the prefix. `background`: work no one waits on,
+        which a request interrupts (Interrupted)."""
+        with self._owning(background):
             dec = self.decoder
             dec.rewind(min(common_prefix(dec.tokens, prefix), len(prefix)))
             if len(dec.tokens) < len(prefix):
@@ -196,7 +233,7 @@ class LLM:
 
     def _steps(self, prompt: list[int], max_new: int, sampling: SamplingParams, stops: list[str],
                cancel: threading.Event, placed: dict[int, KVRows], draft: bool, ban_first: frozenset[int]):
-        with self._busy:
+        with self._owning():
             start = time.perf_counter()
             dec = self.decoder
             # prefix reuse: keep what the cache already holds of this prompt, feed only the rest

@@ -136,8 +136,8 @@ class GraphSession:
             binding.bind_output(name, "cpu", 0, *_buffer(name, outputs[name]))
         return binding
 
-    def run_bound(self, binding: ort.IOBinding) -> None:
-        self._session.run_with_iobinding(binding)
+    def run_bound(self, binding: ort.IOBinding, options: ort.RunOptions | None = None) -> None:
+        self._session.run_with_iobinding(binding, options)
 
     @property
     def providers(self) -> list[str]:
@@ -172,9 +172,9 @@ class PartedSession:
         arrays = {**inputs, **outputs, **self._boundary}
         return [s.bind(arrays, arrays) for s in self.parts]
 
-    def run_bound(self, bindings: list[ort.IOBinding]) -> None:
+    def run_bound(self, bindings: list[ort.IOBinding], options: ort.RunOptions | None = None) -> None:
         for s, binding in zip(self.parts, bindings):
-            s.run_bound(binding)
+            s.run_bound(binding, options)
 
     @property
     def providers(self) -> list[str]:

@@ -7,12 +7,15 @@ before them are the same, placing rows instead of prefilling them must not chang
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from app.answer.passage_kv import PASSAGE_KV_DIR
 from build_scripts.build import build_llm
 from runtime.decoder import Decoder
+from runtime.errors import Interrupted
 from runtime.llm import LLM
 from tests.conftest import TINY_CONTEXT, TINY_PREFILL
 
@@ -67,6 +70,45 @@ def test_generation_with_placed_rows_equals_prefill(model):
     got = llm.generate(prompt, max_new_tokens=8, placed={0: head, len(PREFIX): rows}).run()
     assert got.token_ids == expected.token_ids
     assert got.placed_tokens == len(PREFIX + PASSAGE) and got.cached_tokens == 0
+
+
+def test_a_request_interrupts_background_rows_and_answers_as_without_them(model):
+    prompt = PREFIX + PASSAGE + TAIL
+    expected = LLM(model).generate(prompt, max_new_tokens=8).run()
+    llm = LLM(model)
+    llm.kv_rows([], PREFIX)
+    dec = llm.decoder
+    running, interrupted = threading.Event(), threading.Event()
+    execute, interrupt = dec._execute, dec.interrupt
+
+    def held_step(*args):  # the background's step starts, and runs on once the request has interrupted it
+        running.set()
+        interrupted.wait(10)
+        return execute(*args)
+
+    def interrupting():
+        interrupt()
+        interrupted.set()
+
+    dec._execute, dec.interrupt = held_step, interrupting
+    stopped = []
+
+    def background():
+        try:
+            llm.kv_rows(PREFIX, PASSAGE + FILLER, background=True)
+        except Interrupted as e:
+            stopped.append(e)
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    assert running.wait(10)
+    dec._execute = execute  # the request's own steps run as usual
+    got = llm.generate(prompt, max_new_tokens=8).run()
+    worker.join(10)
+    assert stopped and interrupted.is_set()
+    assert got.token_ids == expected.token_ids  # the stopped step left nothing behind
+    rows = llm.kv_rows(PREFIX, PASSAGE, background=True)  # with no request waiting it runs whole
+    assert rows.tokens == PASSAGE and llm.decoder.tokens == PREFIX
 
 
 def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
@@ -305,8 +347,15 @@ def test_keeping_every_passage_stops_at_the_disk_budget_and_skips_what_is_kept(s
         assert prepare(kb, tight, voice=False, progress=False) == (0, 0)
         assert len(list((tmp_path / "tight").rglob("*.npz"))) == 1 and tight.full
         store = PassageKV(llm, tmp_path / "rows")
-        calls = []
+        calls, rows = [], llm.kv_rows
+
+        def interrupted_once(prefix, ids, background=False):  # a question came in during the first passage
+            if background and len(calls) == 1:
+                raise Interrupted("a request is waiting")
+            return rows(prefix, ids, background)
+
+        llm.kv_rows = interrupted_once
         assert prepare(kb, store, voice=False, progress=False, checkpoint=lambda: calls.append(1)) == (2, 0)
-        assert len(calls) == 2 and not store.full
+        assert len(calls) == 3 and not store.full  # the interrupted passage waited again, then was computed
         again = PassageKV(llm, tmp_path / "rows")  # another process: what is on disk counts as kept, unread
         assert prepare(kb, again, voice=False, progress=False) == (0, 2) and again.loaded == 1  # the instructions

@@ -32,6 +32,7 @@ import numpy as np
 from app.answer.passages import Passage, passage_prompt
 from knowledge.profile import AnswerProfile
 from knowledge.prompts import answer_instructions, with_system
+from runtime.errors import Interrupted
 from runtime.kv_cache import KVRows
 from runtime.llm import LLM
 
@@ -86,8 +87,9 @@ class PassageKV:
         """Whether the disk budget is used up: another passage's rows would push older ones out."""
         return self.dir is not None and self._disk_used + self._last_saved > self.disk_bytes
 
-    def rows(self, prefix: list[int], ids: list[int]) -> KVRows:
-        """The rows of `ids` after `prefix`: from memory, else from disk, else computed (and kept)."""
+    def rows(self, prefix: list[int], ids: list[int], background: bool = False) -> KVRows:
+        """The rows of `ids` after `prefix`: from memory, else from disk, else computed (and kept).
+        `background`: computed as work a request interrupts (LLM.kv_rows)."""
         key = self._key(prefix, ids)
         with self._lock:
             if key in self._memory:
@@ -96,7 +98,7 @@ class PassageKV:
                 return self._memory[key]
         rows = self._load(key, ids, len(prefix))
         if rows is None:
-            rows = self.llm.kv_rows(prefix, ids)
+            rows = self.llm.kv_rows(prefix, ids, background=background)
             self.computed += 1
             # what is placed is what a later load gives: the first answer is the same as every other
             rows = self._save(key, rows)
@@ -221,8 +223,9 @@ def prepare(kb, store: PassageKV, voice: bool, progress: bool = True,
     else of the section is shown with it) after them: what a question about any entry then places
     instead of prefilling. Stops when the disk budget is used up (`PassageKV.full`): beyond it each
     passage would push out another. `checkpoint`: called before each passage (the server's
-    background fill yields to questions there, and stops by raising). Returns the passages computed
-    and the passages already kept."""
+    background fill yields to questions there, and stops by raising); with it a passage is computed
+    as background work, which a question interrupts: after the next checkpoint it is computed
+    again. Returns the passages computed and the passages already kept."""
     from tqdm import tqdm
 
     messages = _one_question(kb.profile, voice)
@@ -242,7 +245,12 @@ def prepare(kb, store: PassageKV, voice: bool, progress: bool = True,
             elif store.full:
                 return computed, kept
             else:
-                store.rows(built.prefix, ids)
+                while True:
+                    try:
+                        store.rows(built.prefix, ids, background=checkpoint is not None)
+                        break
+                    except Interrupted:
+                        checkpoint()
                 computed += 1
     return computed, kept
 
