@@ -185,6 +185,26 @@ def test_html_asciidoc_manual_pages_keep_their_sections_and_option_lists():
         assert "Last updated" not in page.text, name.name
 
 
+def test_html_man2html_pages_keep_their_sections_without_the_cgi_header_or_the_page_index():
+    """man2html (1.6g) writes a CGI header line before the markup and ends each page with an index: a
+    list of links to the page's own sections."""
+    pages = REALDOCS.parent / "man2html"
+    doc = load_document(pages / "fstab.5.html")
+    fields = [f"The {n} field (fs_{f})." for n, f in (("first", "spec"), ("second", "file"), ("third", "vfstype"),
+                                                       ("fourth", "mntops"), ("fifth", "freq"), ("sixth", "passno"))]
+    assert [" > ".join(s.heading) for s in doc.sections] == ["FSTAB"] + [f"FSTAB > {h}" for h in (
+        "NAME", "SYNOPSIS", "DESCRIPTION", *[f"DESCRIPTION > {f}" for f in fields], "FILES", "NOTES", "HISTORY",
+        "SEE ALSO", "REPORTING BUGS", "AVAILABILITY", "Index")]
+    assert "Content-type" not in doc.text and "\nThe first field (fs_spec).\n" not in doc.text  # the index's links
+    assert "nofail" in doc.text and "Lines starting with '#' are comments." in doc.text
+    timer = {" > ".join(s.heading) for s in load_document(pages / "systemd.timer.5.html").sections}
+    assert {"SYSTEMD.TIMER > AUTOMATIC DEPENDENCIES > Implicit Dependencies", "SYSTEMD.TIMER > OPTIONS"} <= timer
+    for name in sorted(pages.glob("*.html")):
+        page = load_document(name)
+        assert page.title.startswith("Man page of") and not page.text.startswith("Content-type"), name.name
+        assert all(s.heading for s in page.sections) and "\nNAME\n\nSYNOPSIS\n" not in page.text, name.name
+
+
 def test_html_definition_list_entries_are_one_paragraph_each(tmp_path):
     """A term and every paragraph of its description are one paragraph, where the chunker cuts first:
     a chunk never starts at an entry's last paragraph ("Default: ...") and reads it as the next term's."""

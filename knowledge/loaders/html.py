@@ -10,8 +10,9 @@ HTML the way browsers do); the content is then, in order:
 2. minus chrome: landmark elements (`nav`, `aside`, `footer`, a `header` without a heading, forms)
    and ARIA roles of the same meaning, elements whose class or id names navigation / sidebar /
    table-of-contents / breadcrumb / footer parts, permalink anchors, "edit / report / show source"
-   links, short lines whose every link only moves through the site (next / index), banners, and
-   copyright lines; never the words of a heading, whatever element inside it carries a
+   links, short lines whose every link only moves through the site (next / index), lists whose
+   every entry is a link to a place on the same page (the page's own table of contents: man2html's
+   "Index"), banners, and copyright lines; never the words of a heading, whatever element inside it carries a
    chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`), and never a heading or
    section by its id when that id is the slug of its own heading (MkDocs' "Search", "nav").
 
@@ -62,6 +63,9 @@ _BLOCKS = {"p", "div", "section", "article", "main", "header", "footer", "nav", 
 _SPACES = re.compile(r"\s+")
 _WORD = re.compile(r"\w")
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
+# HTTP header lines before the markup: a page written by a CGI program (man2html starts every page with
+# "Content-type: text/html") or a saved response
+_HTTP_HEADERS = re.compile(r"^(?:[A-Za-z][\w-]*:[^\n<]*\r?\n)+(?=\s*<)")
 _BLANK_LINES = re.compile(r"\n[ \t]*(?:\n[ \t]*)+")
 
 
@@ -92,12 +96,21 @@ def _is_chrome(el: etree._Element) -> bool:
         return True  # "Show Source", "Edit on GitHub", and anchors that are only a pilcrow
     if tag in ("p", "div") and len(text) < 120 and _only_navigation_links(el):
         return True
+    if tag in ("ul", "ol", "dl") and _only_in_page_links(el):
+        return True
     return tag in ("p", "div") and len(text) < 300 and bool(_COPYRIGHT.match(text))
 
 
 def _only_navigation_links(el: etree._Element) -> bool:
     links = [" ".join(a.text_content().split()) for a in el.iter("a") if a.get("href")]
     return bool(links) and all(_NAV_LINK.match(t) for t in links)
+
+
+def _only_in_page_links(el: etree._Element) -> bool:
+    """A list whose words are all in links to anchors of the page itself: its table of contents."""
+    links = [a for a in el.iter("a") if (a.get("href") or "").startswith("#")]
+    linked = "".join(a.text_content() for a in links)
+    return bool(links) and _SPACES.sub("", linked) == _SPACES.sub("", el.text_content())
 
 
 def _slug(text: str) -> str:
@@ -240,7 +253,7 @@ class _TextWriter:
 
 def load_html(path: Path, data: bytes | None = None) -> ParsedDocument:
     # lxml refuses a str that declares its encoding; read_text has decoded it already
-    source = _XML_DECLARATION.sub("", read_text(path, data))
+    source = _HTTP_HEADERS.sub("", _XML_DECLARATION.sub("", read_text(path, data)))
     try:
         root = lxml.html.document_fromstring(source)
     except etree.ParserError as e:  # "Document is empty"
