@@ -105,7 +105,7 @@ class KnowledgeWriter:
             try:
                 return fn(*args)
             finally:
-                self._submit_fill()
+                self.refill()
 
         with self._lock:
             self._waiting += 1
@@ -117,9 +117,10 @@ class KnowledgeWriter:
         and stops there for a waiting write (it runs again after it) or a closing server. It
         returns (computed, already kept), for the log."""
         self._fill = fill
-        self._submit_fill()
+        self.refill()
 
-    def _submit_fill(self) -> None:
+    def refill(self) -> None:
+        """Run the fill again (what it keeps has grown: another answer style is in use)."""
         if self._fill is None or self._stopping.is_set():
             return
         try:

@@ -54,6 +54,7 @@ class AppState:
             if store is not None and store.passages and store.dir is not None:
                 # every passage's rows kept ahead, as `hexrag kb passage-kv` would: the first question
                 # about any entry then waits only for its own tokens
+                store.on_new_style = self.writer.refill
                 self.writer.keep_filling(partial(fill, engine.kb, store))
         except Exception as e:  # reported by /health, and to whoever started the server
             log.error("start-up failed: %s", e)

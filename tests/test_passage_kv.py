@@ -336,9 +336,26 @@ def test_the_server_keeps_every_passages_rows_in_the_background(smollm_build, ti
         assert len(after) == 8 and set(before) < set(after) and sorted(rows.rglob("*.npz")) == after
     finally:
         srv.stop()
-    # after start-up (less what the question computed on first use), then the upload's chunk, both styles
+    # voice answers' rows after start-up, text answers' once the question asked for one (less the rows that
+    # question computed on first use), then the upload's chunk in both styles
     fills = re.findall(r"kept passage rows: (\d+) computed", (tmp_path / "log.txt").read_text())
-    assert len(fills) == 2 and fills[1] == "2", fills
+    assert len(fills) == 3 and fills[0] == fills[2] == "2", fills
+
+
+def test_the_fill_keeps_text_answers_rows_once_text_answers_are_asked(tiny_builds, tmp_path):
+    from app.answer.passage_kv import PassageKV
+
+    llm = LLM(tiny_builds["llama"])
+    store = PassageKV(llm, tmp_path / "kv")
+    asked = []
+    store.on_new_style = lambda: asked.append(1)
+    store.answered(voice=True)
+    assert store.styles() == (True,) and not asked  # a head unit that only speaks keeps voice rows alone
+    store.answered(voice=False)
+    store.answered(voice=False)
+    assert store.styles() == (True, False) and asked == [1]  # the fill runs again, once
+    assert PassageKV(llm, tmp_path / "kv").styles() == (True, False)  # remembered with the rows
+    assert PassageKV(llm).styles() == (True,)  # no directory: nothing kept on disk, nothing remembered
 
 
 def test_keeping_every_passage_stops_at_the_disk_budget_and_skips_what_is_kept(smollm_build, tiny_builds, docs,

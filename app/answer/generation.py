@@ -339,6 +339,7 @@ class GroundedGeneration:
         sentence")."""
         if self.passage_kv is None:
             return {}
+        self.passage_kv.answered(self.plan.voice)
         started = time.perf_counter()
         ids, prefix = self.plan.prompt_ids, self.plan.kv_prefix
         if not prefix or ids[:len(prefix)] != prefix:

@@ -43,6 +43,8 @@ MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 p
 # on disk, the rows least recently used go first beyond this: for the 1.5B (~1.5 MB a passage at
 # int8) the first passages of ~1,300 questions, a head unit's share of flash
 DISK_BYTES = 2 << 30
+# in the rows' directory: text answers have been asked of this KB, so the fill keeps their rows too
+TEXT_MARK = "text-answers"
 
 
 def _one_question(profile: AnswerProfile, voice: bool) -> list[dict]:
@@ -69,6 +71,8 @@ class PassageKV:
         self._disk_used = sum(f.stat().st_size for f in self.dir.glob("*/*.npz")) if self.dir is not None else 0
         self._last_saved = 0
         self.computed = self.loaded = self.hits = 0  # where rows came from, for reports
+        self._text = self.dir is not None and (self.dir / TEXT_MARK).exists()
+        self.on_new_style: Callable[[], None] | None = None  # the server's fill, to run again (`answered`)
 
     def _key(self, prefix: list[int], ids: list[int]) -> str:
         return hashlib.sha256(f"{self.llm.model_id}|{self.precision}|{prefix}|{ids}".encode()).hexdigest()
@@ -109,6 +113,26 @@ class PassageKV:
             while sum(r.nbytes for r in self._memory.values()) > self.memory_bytes and len(self._memory) > 1:
                 self._memory.popitem(last=False)
         return rows
+
+    def answered(self, voice: bool) -> None:
+        """Note an answer's style: the first text answer asked of this KB makes the fill keep text
+        answers' rows too (`styles`, remembered under the rows' directory) and calls `on_new_style`."""
+        if voice or self._text or self.dir is None:
+            return
+        self._text = True
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / TEXT_MARK).touch()
+        except OSError:  # a read-only KB: remembered until the server stops
+            pass
+        if self.on_new_style is not None:
+            self.on_new_style()
+
+    def styles(self) -> tuple[bool, ...]:
+        """The answer styles (voice: True) whose passages' rows the fill keeps: voice answers' always,
+        as their first words wait on them; text answers' once text answers are asked of this KB. A
+        head unit that only speaks keeps twice the passages within the disk budget."""
+        return (True, False) if self._text else (True,)
 
     def warm(self, profile: AnswerProfile, styles: tuple[bool, ...] = (False, True)) -> None:
         """Compute (or load) the instructions' rows of text (False) and voice (True) answers for a KB's
@@ -266,7 +290,8 @@ def prepare(kb, store: PassageKV, voice: bool, progress: bool = True,
 
 
 def fill(kb, store: PassageKV, checkpoint: Callable[[], None]) -> tuple[int, int]:
-    """The server's background fill after start-up and after each ingest: `prepare` for voice
-    answers, whose first words wait on these rows, then for text answers."""
-    counts = [prepare(kb, store, voice, progress=False, checkpoint=checkpoint) for voice in (True, False)]
+    """The server's background fill after start-up, after each ingest and when text answers are first
+    asked: `prepare` for voice answers, whose first words wait on these rows, then for text answers
+    once they are in use (`PassageKV.styles`)."""
+    counts = [prepare(kb, store, voice, progress=False, checkpoint=checkpoint) for voice in store.styles()]
     return sum(c for c, _ in counts), sum(k for _, k in counts)
