@@ -193,8 +193,8 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
 @click.option("--passage-kv-max-mb", type=click.IntRange(min=1),
               help="Disk budget of the kept rows (default 2048).  [env HEXRAG_PASSAGE_KV_MAX_MB]")
 @click.option("--passage-kv-precision", type=click.Choice(["float32", "float16", "int8"]),
-              help="How kept passage rows are stored: int8 (default, a quarter of float32's size), float16 (half) "
-                   "or float32 (exact).  [env HEXRAG_PASSAGE_KV_PRECISION]")
+              help="How kept passage rows are stored: float16 (default, half of float32's size), int8 (a quarter, "
+                   "answers less stable) or float32 (exact).  [env HEXRAG_PASSAGE_KV_PRECISION]")
 @_friendly
 def serve(**options) -> None:
     """Start the OpenAI-compatible chat server (models load in the background; /health says when ready)."""

@@ -170,7 +170,7 @@ def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
 @click.option("--max-mb", type=click.IntRange(min=1),
               help="Disk budget (default 2048): beyond it the least recently used rows go (the server keeps to "
                    "its own, --passage-kv-max-mb).")
-@click.option("--precision", type=click.Choice(["float32", "float16", "int8"]), default="int8", show_default=True,
+@click.option("--precision", type=click.Choice(["float32", "float16", "int8"]), default="float16", show_default=True,
               help="How rows are stored; the server uses the rows of its own --passage-kv-precision.")
 @_friendly
 def kb_passage_kv(kb_dir, llm_dir, voice, max_mb, precision) -> None:

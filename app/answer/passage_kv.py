@@ -40,8 +40,8 @@ PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
 Precision = Literal["float32", "float16", "int8"]
 PRECISIONS: tuple[Precision, ...] = ("float32", "float16", "int8")
 MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
-# on disk, the rows least recently used go first beyond this: for the 1.5B (~1.5 MB a passage at
-# int8) the first passages of ~1,300 questions, a head unit's share of flash
+# on disk, the rows least recently used go first beyond this: for the 1.5B (~3 MB a passage at
+# float16) the first passages of ~700 questions, a head unit's share of flash
 DISK_BYTES = 2 << 30
 # in the rows' directory: text answers have been asked of this KB, so the fill keeps their rows too
 TEXT_MARK = "text-answers"
