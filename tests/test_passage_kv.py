@@ -111,6 +111,17 @@ def test_a_request_interrupts_background_rows_and_answers_as_without_them(model)
     assert rows.tokens == PASSAGE and llm.decoder.tokens == PREFIX
 
 
+def test_the_bench_times_questions_beside_a_fill_they_wait_for_or_interrupt(smollm_build):
+    from runtime.bench import run_beside_fill
+
+    llm = LLM(smollm_build)
+    for mode in ("quiet", "wait", "interrupt"):
+        waits = run_beside_fill(llm, 2, mode)
+        assert len(waits) == 2 and all(w > 0 for w in waits), mode
+    # the fill's thread is gone and no stop is left set: the model answers
+    assert llm.generate(llm.encode("Hello"), max_new_tokens=2).run().completion_tokens >= 1
+
+
 def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
     from app.answer.passage_kv import PassageKV
 
