@@ -78,6 +78,13 @@ def run_prefix_reuse(llm: LLM, runs: int) -> dict:
             "warm_ms": warm_ms, "speedup": cold_ms / warm_ms}
 
 
+def spread(times: list[float]) -> dict[str, float]:
+    """The median, the 90th percentile (nearest rank: a time some run took) and the worst."""
+    ranked = sorted(times)
+    p90 = ranked[max(0, -(-len(ranked) * 9 // 10) - 1)]
+    return {"median": round(statistics.median(ranked), 1), "p90": round(p90, 1), "max": round(ranked[-1], 1)}
+
+
 FILL_PREFIX, FILL_PASSAGE, FILL_QUESTION = 130, 110, 150  # tokens: instructions, a passage, a question
 
 
@@ -151,9 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"model {llm.name}: first token of {args.beside_fill} questions ({FILL_QUESTION} tokens after a kept "
               f"{FILL_PREFIX}), ms, beside a fill of {FILL_PASSAGE}-token passages")
         for mode in ("quiet", "wait", "interrupt"):
-            waits = sorted(run_beside_fill(llm, args.beside_fill, mode))
-            print(f"  {mode:>9}: median {statistics.median(waits):.0f}  p90 {waits[int(0.9 * len(waits)) - 1]:.0f}  "
-                  f"max {waits[-1]:.0f}")
+            waits = spread(run_beside_fill(llm, args.beside_fill, mode))
+            print(f"  {mode:>9}: median {waits['median']:.0f}  p90 {waits['p90']:.0f}  max {waits['max']:.0f}")
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     if max(lengths) + args.gen > llm.context:

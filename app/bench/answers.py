@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from tqdm import tqdm
 
 from app.answer.facts import FactIndex, extract_facts
 from app.bench.errors import BenchError
+from runtime.bench import spread
 
 
 @dataclass
@@ -148,21 +148,16 @@ def summarize(rows: list[dict]) -> dict:
     for key in ("first_sentence_ms", "answer_ms"):
         times = [r[key] for r in rows if r.get(key) is not None]
         if times:
-            out[key] = _spread(times)
+            out[key] = spread(times)
     parts = [r["first_parts"] for r in rows if r.get("first_parts")]
     if parts:
-        out["first_parts"] = {part: _spread([p[part] for p in parts]) for part in FIRST_PARTS}
+        out["first_parts"] = {part: spread([p[part] for p in parts]) for part in FIRST_PARTS}
     drafted = sum(r.get("drafted_tokens", 0) for r in rows)
     if drafted:  # prompt lookup: how many drafted tokens greedy decoding kept
         out["drafts"] = {"drafted": drafted, "accepted": sum(r.get("accepted_tokens", 0) for r in rows)}
     return out
 
 
-def _spread(times: list[float]) -> dict[str, float]:
-    """Milliseconds: the median, the 90th percentile (nearest rank: a time some answer took) and the worst."""
-    ranked = sorted(times)
-    p90 = ranked[max(0, -(-len(ranked) * 9 // 10) - 1)]
-    return {"median": round(statistics.median(ranked), 1), "p90": round(p90, 1), "max": round(ranked[-1], 1)}
 
 
 # where the time to the first said sentence goes, in order: the search, the rest of the plan (the refusal
