@@ -50,8 +50,8 @@ def main(verbose: bool) -> None:
                        search, ingest and eval unless --llm/--embedder say otherwise
       kb/              the default knowledge base
       cache/weights/   downloaded weight packages
-    HEXRAG_LLM, HEXRAG_EMBEDDER, HEXRAG_KB (directories) and HEXRAG_CACHE (the cache,
-    weights under it) override one place each.
+    HEXRAG_LLM, HEXRAG_EMBEDDER, HEXRAG_SECOND_EMBEDDER, HEXRAG_KB (directories) and
+    HEXRAG_CACHE (the cache, weights under it) override one place each.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s", stream=sys.stderr)
 
@@ -254,27 +254,32 @@ def _run_server(settings, log_level: str) -> None:
 @click.option("--embedder", "embedder_key", default="auto", show_default=True,
               type=click.Choice(["auto", "all-minilm-l6-v2", "multilingual-e5-small"]),
               help="The packaged embedder to build; auto: multilingual-e5-small when the sample documents are "
-                   "mostly Chinese, else all-MiniLM-L6-v2 (English only).")
+                   "mostly Chinese, else all-MiniLM-L6-v2 (English only), with multilingual-e5-small as its "
+                   "second embedder (for questions MiniLM cannot read) when they hold any Chinese.")
 @_backend
 @_friendly
 def quickstart(models_dir: Path | None, kb: Path | None, question: str, port: int, no_serve: bool, tiny: bool,
                embedder_key: str, backend: str) -> None:
     """Fetch + build the default models, ingest the sample KB (each once), answer, then serve."""
     from app.assistant import Assistant, citation_lines
-    from app.quickstart import choose_embedder, choose_llm, ensure_default_models, ensure_sample_kb
+    from app.quickstart import (DEFAULT_EMBEDDER, choose_embedders, choose_llm, ensure_default_models,
+                                ensure_embedder, ensure_sample_kb)
     from app.settings import Settings
     from knowledge.sample_kb import sample_kb
 
     key, why = choose_llm(backend, tiny)
     click.echo(f"hexrag: answer model {key} ({why})", err=True)
-    embedder_key, why = (choose_embedder(sample_kb().document_paths()) if embedder_key == "auto"
-                         else (embedder_key, "asked for"))
-    click.echo(f"hexrag: embedder {embedder_key} ({why})", err=True)
-    llm_dir, embedder_dir = ensure_default_models(models_dir, backend, key, embedder_key)
-    click.echo(f"hexrag: models {llm_dir} and {embedder_dir}", err=True)
-    settings = Settings(llm=llm_dir, embedder=embedder_dir, backend=backend, port=port, **({"kb": kb} if kb else {}))
+    first, second, why = choose_embedders(sample_kb().document_paths())
+    if embedder_key != "auto":
+        first, second, why = embedder_key, second if embedder_key == DEFAULT_EMBEDDER else None, "asked for"
+    click.echo(f"hexrag: embedder {first}{f' and {second}' if second else ''} ({why})", err=True)
+    llm_dir, embedder_dir = ensure_default_models(models_dir, backend, key, first)
+    second_dir = ensure_embedder(second, models_dir) if second else None
+    click.echo(f"hexrag: models {llm_dir} and {embedder_dir}{f' and {second_dir}' if second_dir else ''}", err=True)
+    settings = Settings(llm=llm_dir, embedder=embedder_dir, second_embedder=second_dir, backend=backend, port=port,
+                        **({"kb": kb} if kb else {}))
     assistant = Assistant(settings)
-    ensure_sample_kb(assistant.kb)
+    ensure_sample_kb(assistant.kb, second_dir)
     click.echo(f"> {question}")
     answer = stream_answer(assistant, question)
     click.echo()

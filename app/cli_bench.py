@@ -283,8 +283,10 @@ def eval_answers(questions, domain, split, llm, embedder, kb, backend, voice, pa
 
             folder = find_domain(domain)
             settings = given_settings(embedder=embedder)
+            second = settings.second_embedder
             copy = kb = domain_kb(folder, Embedder(settings.embedder, settings.runtime("cpu")),
-                                  progress=not as_json)
+                                  progress=not as_json,
+                                  second=Embedder(second, settings.runtime("cpu")) if second else None)
             questions = questions_file(folder, split)
         items = load_answer_questions(questions or SAMPLES / "answer_questions.jsonl")
         assistant = Assistant(given_settings(passage_kv=passage_kv, llm=llm, embedder=embedder, kb=kb,

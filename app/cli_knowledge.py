@@ -27,27 +27,41 @@ from knowledge.ingest import MAX_FILE_BYTES
 _kb = dir_options("kb", dest="{}_dir", kb="Knowledge-base directory [env HEXRAG_KB; default: $HEXRAG_HOME/kb].")
 _embedder = dir_options("embedder", dest="{}_dir", embedder="Embedder model directory [env HEXRAG_EMBEDDER; default: "
                                                             "$HEXRAG_HOME/models/all-minilm-l6-v2].")
+_second = click.option("--second-embedder", "second_dir", type=click.Path(path_type=Path, file_okay=False),
+                       help="A second (multilingual) embedder, for the queries --embedder cannot read (Chinese with "
+                            "an English model); ingest gives every chunk its vector too [env HEXRAG_SECOND_EMBEDDER; "
+                            "default: $HEXRAG_HOME/models/multilingual-e5-small where built, for a KB holding its "
+                            "vectors].")
 _backend = click.option("--backend", type=click.Choice(["cpu", "htp"]), default="cpu", show_default=True,
                         help="Where the embedder runs.")
 _json = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 def _open(kb_dir: Path | None, embedder_dir: Path | None = None, backend: str = "cpu", embedder: bool = True,
-          **options):
+          second_dir: Path | None = None, **options):
+    """The KB with its embedder (`embedder`) and, when `second_dir` is given or the KB holds a second
+    embedder's vectors, the second embedder (`second_dir`, else the one the home has built)."""
     from knowledge import KnowledgeBase
-    from knowledge.paths import default_embedder_dir
+    from knowledge.paths import default_embedder_dir, default_second_embedder_dir
 
-    model = None
-    if embedder:
-        path = embedder_dir or default_embedder_dir()
-        if not (path / "manifest.json").is_file():
-            raise KnowledgeError(f"no embedder at {path}: run `hexrag quickstart` (or `hexrag build embedder`) "
-                                 "or pass --embedder DIR")
-        from app.settings import RuntimeSettings
-        from runtime.embedder import Embedder
+    if not embedder:
+        return KnowledgeBase.open(kb_dir, **options)
+    model = _embedder_at(embedder_dir or default_embedder_dir(), backend, "--embedder")
+    kb = KnowledgeBase.open(kb_dir, model, **options)
+    second = second_dir or (default_second_embedder_dir() if kb.second_model_id else None)
+    if second is not None:
+        kb.use_second(_embedder_at(second, backend, "--second-embedder"))
+    return kb
 
-        model = Embedder(path, RuntimeSettings().runtime(backend))
-    return KnowledgeBase.open(kb_dir, model, **options)
+
+def _embedder_at(path: Path, backend: str, option: str):
+    if not (path / "manifest.json").is_file():
+        raise KnowledgeError(f"no embedder at {path}: run `hexrag quickstart` (or `hexrag build embedder`) "
+                             f"or pass {option} DIR")
+    from app.settings import RuntimeSettings
+    from runtime.embedder import Embedder
+
+    return Embedder(path, RuntimeSettings().runtime(backend))
 
 
 def _echo_json(value) -> None:
@@ -59,6 +73,7 @@ def _echo_json(value) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_kb
 @_embedder
+@_second
 @_backend
 @click.option("--index", type=click.Choice(["auto", "flat", "hnsw", "ivf"]), default=None,
               help="Vector index kind, remembered by the KB (default: auto = flat, HNSW past 100k chunks).")
@@ -71,8 +86,8 @@ def _echo_json(value) -> None:
 @click.option("--strict", is_flag=True, help="Exit with 2 when any file failed or had no text to index.")
 @_json
 @_friendly
-def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, max_file_mb, quiet, strict,
-           as_json) -> None:
+def ingest(paths, kb_dir, embedder_dir, second_dir, backend, index, max_tokens, no_prune, max_file_mb, quiet,
+           strict, as_json) -> None:
     """Add files and folders (Markdown, text, HTML, FAQ JSON/JSONL/CSV, PDF with pypdf) to the KB.
 
     Unchanged files are skipped, changed ones replaced. Files that cannot be read, are not regular
@@ -82,7 +97,7 @@ def ingest(paths, kb_dir, embedder_dir, backend, index, max_tokens, no_prune, ma
     from app.settings import IngestSettings
 
     limit = IngestSettings(**given(max_file_mb=max_file_mb)).max_file_mb  # the flag, else HEXRAG_MAX_FILE_MB
-    with _open(kb_dir, embedder_dir, backend, index=index, max_tokens=max_tokens) as kb:
+    with _open(kb_dir, embedder_dir, backend, second_dir=second_dir, index=index, max_tokens=max_tokens) as kb:
         report = kb.ingest(list(paths), progress=not quiet and not as_json, prune=not no_prune,
                            max_file_bytes=int(limit * 2**20))
     if as_json:
@@ -262,10 +277,11 @@ def _min_score(value: str | None) -> float | None:
                                   "it); in bm25 mode a BM25 score, no default.")
 @_kb
 @_embedder
+@_second
 @_backend
 @_json
 @_friendly
-def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, backend, as_json) -> None:
+def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, second_dir, backend, as_json) -> None:
     """Search the KB; prints the best places (one chunk per section or FAQ entry) with their source and heading.
 
     The score printed (and `score` in --json, named by `score_kind`) is the mode's: dense the cosine
@@ -274,7 +290,7 @@ def search(query, k, mode, sources, min_score, kb_dir, embedder_dir, backend, as
     `scores` in --json holds every signal known for a hit (dense, bm25, place: the cosine with the
     section's title, hybrid)."""
     threshold = _min_score(min_score)
-    with _open(kb_dir, embedder_dir, backend, embedder=mode != "bm25") as base:
+    with _open(kb_dir, embedder_dir, backend, embedder=mode != "bm25", second_dir=second_dir) as base:
         hits = base.search(query, k=k, mode=mode, sources=list(sources) or None, min_score=threshold)
     if as_json:
         _echo_json([h.to_dict() for h in hits])
@@ -300,15 +316,16 @@ def eval_group() -> None:
 @click.option("--mode", "modes", multiple=True, type=click.Choice(["dense", "bm25", "hybrid"]),
               help="Modes to evaluate (repeatable; default: all three).")
 @_embedder
+@_second
 @_backend
 @_json
 @_friendly
-def eval_retrieval(kb_dir, questions, modes, embedder_dir, backend, as_json) -> None:
+def eval_retrieval(kb_dir, questions, modes, embedder_dir, second_dir, backend, as_json) -> None:
     """Recall@1, recall@5 and MRR per search mode (and language) on the KB."""
     from knowledge.evaluation import evaluate, load_questions
 
     modes = modes or ("dense", "bm25", "hybrid")
-    with _open(kb_dir, embedder_dir, backend, embedder=modes != ("bm25",)) as base:
+    with _open(kb_dir, embedder_dir, backend, embedder=modes != ("bm25",), second_dir=second_dir) as base:
         result = evaluate(base, load_questions(questions), modes=modes)
     if as_json:
         _echo_json(result.to_dict())

@@ -4,6 +4,7 @@ grounded answer pipeline (app/answer) on them with the settings' defaults."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from knowledge import KnowledgeBase
 from runtime.embedder import Embedder
 from runtime.llm import LLM
 from runtime.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -32,6 +35,12 @@ class Engine:
         if rag:
             embedder = Embedder(settings.embedder, settings.runtime())
             kb = KnowledgeBase.open(settings.kb, embedder)
+            second = settings.second_embedder
+            if kb.second_model_id is not None and second is not None:  # a KB with the multilingual side
+                if not kb.use_second(Embedder(second, settings.runtime())):
+                    log.warning("the KB holds second vectors of %s, not of %s: questions the embedder cannot "
+                                "read are ranked by their words until `hexrag ingest --second-embedder` "
+                                "embeds them again", kb.second_model_id, second)
         mb = settings.passage_kv_max_mb
         passage_kv = kept_rows(llm, kb.dir if kb is not None else None, passages=settings.passage_kv if rag else False,
                                disk_bytes=mb << 20 if mb is not None else None,

@@ -23,13 +23,15 @@ log = logging.getLogger(__name__)
 # low-memory machines and the HTP simulator
 DEFAULT_LLM, TINY_LLM = home.DEFAULT_LLMS
 DEFAULT_EMBEDDER, MULTILINGUAL_EMBEDDER = home.DEFAULT_EMBEDDERS
-# the share of a KB's words in Chinese from which quickstart builds the multilingual embedder. On the
-# sample KB's questions (docs/benchmarks.md) all-MiniLM-L6-v2 (hybrid: its vectors for English, BM25
-# alone for Chinese) has R@1 0.778 English / 0.696 Chinese, multilingual-e5-small 0.716 / 0.870: by
-# retrieval alone they break even near a quarter of the questions in Chinese. The answer layer's
-# cosine thresholds (knowledge/retrieval.py, app/answer/passages.py) are calibrated on MiniLM's scale
-# (e5's cosines sit at 0.7-0.9), so a mixed KB keeps MiniLM and a KB mostly in Chinese gets e5
+# the share of a KB's words in Chinese from which quickstart builds the multilingual embedder as the
+# only one. On the sample KB's questions (docs/benchmarks.md) all-MiniLM-L6-v2 alone (its vectors for
+# English, BM25 alone for Chinese) had R@1 0.778 English / 0.696 Chinese, multilingual-e5-small 0.716 /
+# 0.870: by retrieval alone they break even near a quarter of the questions in Chinese. Below it, a KB
+# holding any Chinese (SECOND_SHARE) keeps MiniLM for what it reads and gets e5 as its second embedder,
+# for the questions MiniLM cannot read: R@1 0.889 English / 0.870 Chinese on the same questions. The
+# answer layer's cosine thresholds are calibrated on MiniLM's scale (e5's cosines sit at 0.7-0.9).
 MULTILINGUAL_SHARE = 0.5
+SECOND_SHARE = 0.01
 # the 1.5B int4 CPU build peaks at 2.2 GB RSS (docs/benchmarks.md) and its build reads the 1.1 GB
 # GGUF: below this much memory the tiny preset is the one that runs
 MIN_MEMORY_FOR_DEFAULT = 6 * 1024**3
@@ -51,13 +53,20 @@ def choose_llm(backend: str, tiny: bool) -> tuple[str, str]:
     return DEFAULT_LLM, f"{memory / 1024**3:.0f} GB of memory"
 
 
-def choose_embedder(files: list[Path]) -> tuple[str, str]:
-    """The packaged embedder for a KB of these documents, and why."""
-    share = cjk_share("\n".join(load_document(f).text for f in files if is_supported(f)))
+def choose_embedders(files: list[Path]) -> tuple[str, str | None, str]:
+    """The packaged embedder for a KB of these documents, its second embedder (None: none), and why."""
+    share = documents_cjk_share(files)
     if share >= MULTILINGUAL_SHARE:
-        return MULTILINGUAL_EMBEDDER, f"{share:.0%} of the documents' words are Chinese"
-    return DEFAULT_EMBEDDER, f"{share:.0%} of the documents' words are Chinese (the multilingual embedder from " \
-                             f"{MULTILINGUAL_SHARE:.0%})"
+        return MULTILINGUAL_EMBEDDER, None, f"{share:.0%} of the documents' words are Chinese"
+    if share >= SECOND_SHARE:
+        return DEFAULT_EMBEDDER, MULTILINGUAL_EMBEDDER, (
+            f"{share:.0%} of the documents' words are Chinese: {MULTILINGUAL_EMBEDDER} reads the questions "
+            f"{DEFAULT_EMBEDDER} cannot")
+    return DEFAULT_EMBEDDER, None, f"{share:.0%} of the documents' words are Chinese"
+
+
+def documents_cjk_share(files: list[Path]) -> float:
+    return cjk_share("\n".join(load_document(f).text for f in files if is_supported(f)))
 
 
 def _ready(model_dir: Path, quant: str = "none") -> bool:
@@ -103,17 +112,27 @@ def ensure_default_models(models_dir: Path | None = None, backend: str = "cpu", 
         build_model(BuildPlan(weights=llm, out=out, shape=LLMShape(context=context, prefill=(128, 32)),
                               quant=parse_quant(quant)))
 
-    def make_embedder(out: Path) -> None:
-        log.info("building %s into %s (batch 8, 128 tokens) ...", embedder, out)
-        build_model(BuildPlan(weights=embedder, out=out, shape=EmbedderShape(batch=8, seq=128)))
-
     llm_dir = _ensure(llm if backend == "cpu" else f"{llm}-float", models_dir, quant, make_llm)
-    return llm_dir, _ensure(embedder, models_dir, "none", make_embedder)
+    return llm_dir, ensure_embedder(embedder, models_dir)
 
 
-def ensure_sample_kb(kb: KnowledgeBase) -> None:
+def ensure_embedder(name: str, models_dir: Path | None = None) -> Path:
+    """A build of the packaged embedder `name` (batch 8, 128 tokens), reused where it exists."""
+    def make_embedder(out: Path) -> None:
+        log.info("building %s into %s (batch 8, 128 tokens) ...", name, out)
+        build_model(BuildPlan(weights=name, out=out, shape=EmbedderShape(batch=8, seq=128)))
+
+    return _ensure(name, models_dir, "none", make_embedder)
+
+
+def ensure_sample_kb(kb: KnowledgeBase, second_embedder: Path | None = None) -> None:
     """Ingest the sample KB's documents; unchanged files are skipped on later starts. A KB with no
-    answer profile of its own gets the sample's (`hexrag kb profile` changes it)."""
+    answer profile of its own gets the sample's (`hexrag kb profile` changes it). `second_embedder`:
+    every chunk gets its vectors too (KnowledgeBase.embed_second)."""
+    if second_embedder is not None and kb.second_embedder is None:
+        from runtime.embedder import Embedder
+
+        kb.use_second(Embedder(second_embedder))
     sample = sample_kb()
     files = sample.document_paths()
     report = kb.ingest(files, progress=True, prune=False)

@@ -64,6 +64,8 @@ class Settings(RuntimeSettings, IngestSettings):
     # was built, else the tiny preset; the home's KB
     llm: Path = Field(default_factory=home.llm_dir)
     embedder: Path = Field(default_factory=home.embedder_dir)
+    # reads the questions `embedder` cannot (Chinese with an English model), for a KB holding its vectors
+    second_embedder: Path | None = Field(default_factory=home.second_embedder_dir)
     kb: Path = Field(default_factory=home.kb_dir)
     # auto: the NPU where this is a Snapdragon device whose SoC the models were built for, else the
     # CPU (app.device.settle decides and says why)

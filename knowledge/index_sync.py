@@ -20,15 +20,17 @@ from filelock import FileLock, Timeout
 
 from knowledge import index as vindex
 from knowledge.errors import KnowledgeBaseBusyError
-from knowledge.store import Store, WriteResult
+from knowledge.store import FIRST, Store, VectorTable, WriteResult
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 120.0  # longest wait for another process writing the index files
 
 
 class SyncedIndex:
-    def __init__(self, store: Store, path: Path):
-        self.store, self.path = store, path
+    """The index of one embedder's vectors (`table`: the KB's own, or its second embedder's)."""
+
+    def __init__(self, store: Store, path: Path, table: VectorTable = FIRST):
+        self.store, self.path, self.table = store, path, table
         self._lock = FileLock(path.with_name(path.name + ".lock"), timeout=LOCK_TIMEOUT_S)
         self.index: vindex.VectorIndex | None = None
         self.model: str | None = None  # the embedding model the in-memory vectors come from
@@ -39,7 +41,7 @@ class SyncedIndex:
 
     @property
     def model_id(self) -> str | None:
-        return self.store.get_meta("model_id")
+        return self.store.get_meta(self.table.model_key)
 
     def wanted_kind(self, count: int) -> str:
         return vindex.resolve_kind(self.store.get_meta("index_kind") or "auto", count)
@@ -65,13 +67,14 @@ class SyncedIndex:
                 self.model, self.generation, self.dirty = sidecar["model_id"], sidecar["generation"], False
                 self.high_water = int(sidecar["max_id"])
                 self._catch_up()
-                if np.array_equal(self.index.ids(), self.store.embedded_ids()):
+                if np.array_equal(self.index.ids(), self.store.embedded_ids(table=self.table)):
                     self.save()  # when it lagged SQLite (a writer stopped before saving)
                     return
                 reason = "index ids differ from the SQLite chunk ids"
         except vindex.IndexFileError as e:
             reason = str(e)
-        if self.store.counts()["embeddings"]:  # (a KB about to receive its first vectors has nothing to rebuild)
+        # (a KB about to receive its first vectors has nothing to rebuild)
+        if self.store.count_embedded(table=self.table):
             log.info("rebuilding the vector index of %s: %s", self.path.parent, reason)
             self.last_rebuild_reason = reason
         self.rebuild()
@@ -83,7 +86,7 @@ class SyncedIndex:
             return "index sidecar without a KB generation"
         if sidecar["generation"] > self.store.generation():
             return "index newer than SQLite"  # e.g. kb.sqlite restored from a backup
-        if sidecar.get("kind") != (wanted := self.wanted_kind(self.store.counts()["embeddings"])):
+        if sidecar.get("kind") != (wanted := self.wanted_kind(self.store.count_embedded(table=self.table))):
             return f"index kind {sidecar.get('kind')} but {wanted} is wanted"
         return None
 
@@ -94,10 +97,10 @@ class SyncedIndex:
             self.rebuild()  # re-embedded: vectors changed in place
             return
         index = self.index
-        if self.store.count_embedded(self.high_water) != len(index):  # something was deleted
-            index.remove(np.setdiff1d(index.ids(), self.store.embedded_ids(self.high_water)))
+        if self.store.count_embedded(self.high_water, self.table) != len(index):  # something was deleted
+            index.remove(np.setdiff1d(index.ids(), self.store.embedded_ids(self.high_water, self.table)))
             self.dirty = True
-        ids, vectors = self.store.vectors_after(self.high_water, index.dim)
+        ids, vectors = self.store.vectors_after(self.high_water, index.dim, self.table)
         if len(ids):
             index.add(ids, vectors)
             self.high_water = int(ids[-1])
@@ -124,8 +127,8 @@ class SyncedIndex:
         """A new index from every vector in SQLite, saved."""
         with self._locked():
             generation = self.store.generation()  # first: the vectors read next are at least this new
-            dim = int(self.store.get_meta("dim"))
-            ids, vectors = self.store.all_vectors(dim)
+            dim = int(self.store.get_meta(self.table.dim_key))
+            ids, vectors = self.store.all_vectors(dim, self.table)
             self.index = vindex.build_index(self.wanted_kind(len(ids)), dim, ids, vectors)
             self.model, self.generation = self.model_id, generation
             self.high_water = int(ids[-1]) if len(ids) else 0

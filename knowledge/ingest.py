@@ -67,6 +67,7 @@ class IngestReport:
     chunks: int = 0  # chunks written
     embedded: int = 0  # chunks embedded now (the rest reused the vector of an identical earlier chunk)
     truncated: int = 0  # chunks longer than the embedder's window (only the start was embedded)
+    second_embedded: int = 0  # chunks given the second embedder's vector (KnowledgeBase.embed_second)
     seconds: float = 0.0
 
     @property
@@ -83,12 +84,15 @@ class IngestReport:
                  f"{len(self.deleted)} deleted", f"{len(self.failed)} failed"] + (
                      [f"{len(self.empty)} without text"] if self.empty else [])
         rate = f", {self.embedded / self.seconds:.0f} chunks/s" if self.embedded and self.seconds else ""
-        return f"{', '.join(parts)}; {self.chunks} chunks written ({self.embedded} embedded{rate}) in {self.seconds:.1f}s"
+        second = f", {self.second_embedded} by the second embedder" if self.second_embedded else ""
+        return (f"{', '.join(parts)}; {self.chunks} chunks written ({self.embedded} embedded{rate}{second}) "
+                f"in {self.seconds:.1f}s")
 
     def to_dict(self) -> dict:
         return {"added": self.added, "updated": self.updated, "unchanged": self.unchanged, "deleted": self.deleted,
                 "failed": [{"path": p, "reason": r} for p, r in self.failed], "skipped": self.skipped, "empty": self.empty,
-                "chunks": self.chunks, "embedded": self.embedded, "truncated": self.truncated,
+                "chunks": self.chunks, "embedded": self.embedded, "second_embedded": self.second_embedded,
+                "truncated": self.truncated,
                 "seconds": round(self.seconds, 3)}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -17,7 +18,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from knowledge import index as vindex
-from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path, place_text
+from knowledge.chunking import HEADING_SEP, Chunk, Chunker, context_path, embed_text, place_text
 from knowledge.errors import (EmbedderMismatchError, EmbedderRequiredError, KnowledgeBaseCorruptError,
                               UnknownDocumentError)
 from knowledge.fusion import fused_scores
@@ -29,7 +30,7 @@ from knowledge.profile import AnswerProfile
 from knowledge.paths import default_kb_dir
 from knowledge.retrieval import (DEFAULT_MIN_SCORE, FUSION_DEPTH, MAX_UNKNOWN_SHARE, MODES, SCORE_KINDS,
                                  Hit, by_section, section_key)
-from knowledge.store import BIGRAM_TABLE, FTS_TABLES, ChunkRecord, DocumentRecord, Store
+from knowledge.store import BIGRAM_TABLE, FIRST, FTS_TABLES, SECOND, ChunkRecord, DocumentRecord, Store, VectorTable
 
 if TYPE_CHECKING:
     from runtime.embedder import Embedder
@@ -37,6 +38,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 EXACT_FILTER_LIMIT = 50_000  # a filtered dense search over at most this many chunks is done exactly
 MAX_DEEPENING = 32  # candidates fetched per ranking: at most this many times the sections wanted
+SECOND_STEP = 16  # chunks the second embedder embeds between checkpoints (KnowledgeBase.embed_second)
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """The embedder that reads a query, with the index and the stored vectors of its side."""
+
+    embedder: Embedder
+    vectors: SyncedIndex
+    table: VectorTable
+    dim: int
+
+    @property
+    def first(self) -> bool:
+        return self.table == FIRST
 
 
 @dataclass
@@ -50,16 +66,31 @@ class CheckReport:
         return "\n".join([f"{head}: " + ", ".join(f"{v} {k}" for k, v in self.counts.items()), *self.problems])
 
 
+def _embedded(embedder: Embedder, rows, text_of: Callable[[tuple[str, ...], str], str]):
+    """(vectors, place vectors) of stored chunks (`Store.iter_chunk_texts` rows), each embedded as
+    `text_of(its context path, its text)` says."""
+    headings = [tuple(heading.split(HEADING_SEP)) if heading else () for _, _, heading, _, _ in rows]
+    vectors = embedder.embed([text_of(context_path(title, h), text)
+                              for (_, title, _, _, text), h in zip(rows, headings)]).vectors
+    places = place_vectors(embedder, [place_text(title, h, entry, text)
+                                      for (_, title, _, entry, text), h in zip(rows, headings)], vectors)
+    return vectors, places
+
+
 class KnowledgeBase:
-    DB_FILE, INDEX_FILE = "kb.sqlite", "index.faiss"
+    DB_FILE, INDEX_FILE, SECOND_INDEX_FILE = "kb.sqlite", "index.faiss", "index_second.faiss"
 
     def __init__(self, kb_dir: Path, store: Store, embedder: Embedder | None, index_kind: str,
                  max_tokens: int | None, overlap: float):
         self.dir, self.store, self.embedder = kb_dir, store, embedder
+        # for the queries `embedder` cannot read (Chinese with an English model): a multilingual one,
+        # whose vectors the KB keeps beside the first's (use_second, embed_second)
+        self.second_embedder: Embedder | None = None
         self.index_kind = index_kind
         self._max_tokens, self._overlap = max_tokens, overlap
         self._chunker: Chunker | None = None
         self._vectors = SyncedIndex(store, kb_dir / self.INDEX_FILE)
+        self._second_vectors = SyncedIndex(store, kb_dir / self.SECOND_INDEX_FILE, SECOND)
         self._lexical = Lexical(store)  # BM25 from the posting lists this process has read
         # the answerability threshold search() applies when given min_score=None (calibrated for
         # all-MiniLM-L6-v2; set another after `hexrag eval retrieval` with another embedder)
@@ -72,11 +103,14 @@ class KnowledgeBase:
     # ---- opening
     @classmethod
     def open(cls, kb_dir: str | Path | None = None, embedder: Embedder | None = None, *, index: str | None = None,
-             max_tokens: int | None = None, overlap: float = 0.15) -> KnowledgeBase:
+             max_tokens: int | None = None, overlap: float = 0.15,
+             second_embedder: Embedder | None = None) -> KnowledgeBase:
         """Open (or create) a KB. Without an embedder: BM25 search, list, delete, stats, check, rebuild.
 
         `index` ("auto", "flat", "hnsw", "ivf") is remembered by the KB; `max_tokens` (chunk size,
-        default: the embedder's sequence length) and `overlap` apply to files ingested from now on."""
+        default: the embedder's sequence length) and `overlap` apply to files ingested from now on.
+        `second_embedder`: searches the queries `embedder` cannot read with its vectors, once the KB
+        holds them (`embed_second`, which ingest runs)."""
         kb_dir = Path(kb_dir).expanduser() if kb_dir is not None else default_kb_dir()
         kb_dir.mkdir(parents=True, exist_ok=True)
         store = Store(kb_dir / cls.DB_FILE)
@@ -87,11 +121,24 @@ class KnowledgeBase:
         kb = cls(kb_dir, store, embedder, kind, max_tokens, overlap)
         if embedder is not None:
             kb._vectors.current()  # a stale index is caught up now, a missing or altered one rebuilt
+        if second_embedder is not None:
+            kb.use_second(second_embedder)
         return kb
+
+    def use_second(self, embedder: Embedder) -> bool:
+        """Take `embedder` as the second embedder: whether the KB holds its vectors (then searches use
+        them at once); if not, `embed_second` (and every ingest) embeds the chunks with it."""
+        with self._lock:
+            self.second_embedder = embedder
+            if self.second_model_id != embedder.model_id:
+                return False
+            self._second_vectors.current()
+            return True
 
     def close(self) -> None:
         with self._lock:
             self._vectors.save()
+            self._second_vectors.save()
             self.store.close()
 
     def __enter__(self) -> KnowledgeBase:
@@ -122,6 +169,53 @@ class KnowledgeBase:
                 f"the KB at {self.dir} was embedded with {self.model_id}, the embedder given is "
                 f"{self.embedder.model_id}; use that embedder or re-embed with `hexrag kb rebuild --reembed`")
         return self.embedder
+
+    @property
+    def second_model_id(self) -> str | None:
+        """The model of the second embedder's vectors the KB holds (None: it holds none)."""
+        with self._lock:
+            return self.store.get_meta(SECOND.model_key)
+
+    def embed_second(self, progress: bool = False, checkpoint: Callable[[], None] | None = None) -> int:
+        """Give every chunk that lacks one its second embedder's vector (another model's vectors are
+        replaced: they are derived, like the index); returns how many were embedded. Searches go on
+        meanwhile (each step is committed under the lock, embedded outside it); until then a search
+        ranks a chunk without a second vector by its words alone."""
+        with self._writing:
+            return self._fill_second(progress, checkpoint or (lambda: None))
+
+    def _fill_second(self, progress: bool, checkpoint: Callable[[], None]) -> int:  # (holding _writing)
+        from tqdm import tqdm
+
+        second = self.second_embedder
+        if second is None:
+            raise EmbedderRequiredError("this needs a second embedder: open the KB with one "
+                                        "(CLI: --second-embedder DIR)")
+        with self._lock:
+            if self.second_model_id not in (None, second.model_id):
+                self.store.drop_vectors(SECOND)
+            if self.second_model_id is None:
+                self.store.set_meta(**{SECOND.model_key: second.model_id, SECOND.dim_key: second.dim})
+            self._second_vectors.current()
+            missing = self.store.counts()["chunks"] - self.store.count_embedded(table=SECOND)
+        done = 0
+        with tqdm(total=missing, unit="chunk", disable=not progress or not missing, desc="second embedder",
+                  leave=False) as bar:
+            while True:
+                checkpoint()
+                with self._lock:
+                    rows = self.store.unembedded(SECOND, SECOND_STEP)
+                if not rows:
+                    break
+                vectors, places = _embedded(second, rows, embed_text)
+                with self._lock:
+                    write = self.store.add_vectors(SECOND, [(row[0], v, p) for row, v, p in zip(rows, vectors, places)])
+                    self._second_vectors.apply(write, vectors[np.isin([row[0] for row in rows], write.added)])
+                done += len(rows)
+                bar.update(len(rows))
+        with self._lock:
+            self._second_vectors.save()
+        return done
 
     @property
     def chunker(self) -> Chunker:
@@ -188,6 +282,7 @@ class KnowledgeBase:
 
         Searches go on meanwhile: files are read and embedded outside the lock searches take, and each
         document is committed (SQLite, then the index) under it, so a search sees it whole or not at all.
+        With a second embedder, the chunks then get its vectors too (`embed_second`).
         `checkpoint` is called between steps (a file, a few embedder batches, a commit): it may block, to
         yield to interactive work, or raise IngestCancelled to stop; what was committed stays."""
         with self._writing:
@@ -197,11 +292,16 @@ class KnowledgeBase:
                     self.store.set_meta(model_id=embedder.model_id, dim=embedder.dim)
                 self._vectors.current()
             try:
-                return run_ingest(self, embedder, [paths] if isinstance(paths, (str, Path)) else list(paths),
-                                  progress, prune, max_file_bytes, exclude=self.dir.resolve(),
-                                  checkpoint=checkpoint)
+                report = run_ingest(self, embedder, [paths] if isinstance(paths, (str, Path)) else list(paths),
+                                    progress, prune, max_file_bytes, exclude=self.dir.resolve(),
+                                    checkpoint=checkpoint)
             finally:  # also after an error or Ctrl-C: what was committed gets indexed
                 self.save_index()
+            if self.second_embedder is not None:
+                started = time.perf_counter()
+                report.second_embedded = self._fill_second(progress, checkpoint or (lambda: None))
+                report.seconds += time.perf_counter() - started
+            return report
 
     def stored_document(self, source: str) -> DocumentRecord | None:
         with self._lock:
@@ -253,6 +353,8 @@ class KnowledgeBase:
             self._lexical = Lexical(self.store)  # read the rebuilt indexes afresh
             if self.model_id is not None:
                 self._vectors.rebuild()
+            if self.second_model_id is not None:
+                self._second_vectors.rebuild()
             return self.stats()
 
     def _reembed(self, progress: bool) -> None:
@@ -263,11 +365,7 @@ class KnowledgeBase:
         total = self.store.counts()["chunks"]
         with tqdm(total=total, unit="chunk", disable=not progress, desc="re-embed", leave=False) as bar:
             for rows in self.store.iter_chunk_texts():
-                headings = [tuple(heading.split(HEADING_SEP)) if heading else () for _, _, heading, _, _ in rows]
-                vectors = embedder.embed([chunker.embed_text(context_path(title, h), text)
-                                          for (_, title, _, _, text), h in zip(rows, headings)]).vectors
-                places = place_vectors(embedder, [place_text(title, h, entry, text)
-                                                  for (_, title, _, entry, text), h in zip(rows, headings)], vectors)
+                vectors, places = _embedded(embedder, rows, chunker.embed_text)
                 ids = [row[0] for row in rows]
                 self.store.replace_vectors(list(zip(ids, vectors)), list(zip(ids, places)))
                 bar.update(len(rows))
@@ -288,6 +386,7 @@ class KnowledgeBase:
             sidecar = {}
         size = lambda p: p.stat().st_size if p.exists() else 0  # noqa: E731
         return {**counts, "kb_dir": str(self.dir), "model_id": meta.get("model_id"),
+                "second_model_id": meta.get(SECOND.model_key),
                 "dim": int(meta.get("dim") or 0), "index_kind": sidecar.get("kind"),
                 "index_policy": self.index_kind, "sqlite_bytes": size(self.dir / self.DB_FILE),
                 "index_bytes": size(self.index_path)}
@@ -330,9 +429,22 @@ class KnowledgeBase:
                 index = self._vectors.current() if self.embedder is not None else self._vectors.index
                 if index is not None and not np.array_equal(index.ids(), embedded):
                     problems.append("vector index in memory differs from SQLite")
+            problems += self._second_problems(chunk_ids)
             counts = {"documents": q("SELECT count(*) FROM documents"), "chunks": len(chunk_ids),
                       "vectors": len(embedded)}
             return CheckReport(not problems, problems, counts)
+
+    def _second_problems(self, chunk_ids: np.ndarray) -> list[str]:
+        """The second embedder's vectors: each of a chunk, and its index (when loaded) holding them all.
+        Chunks may lack one (embed_second fills them after each ingest)."""
+        second = self.store.embedded_ids(table=SECOND)
+        problems = []
+        if n := len(np.setdiff1d(second, chunk_ids)):
+            problems.append(f"{n} second embedder vectors lack a chunk")
+        index = self._second_vectors.current() if self.second_embedder is not None else None
+        if index is not None and not np.array_equal(index.ids(), second):
+            problems.append("second embedder's index in memory differs from SQLite")
+        return problems
 
     def _index_file_mismatch(self, sidecar: dict[str, Any], ids: np.ndarray) -> str | None:
         if sidecar.get("model_id") != self.model_id:
@@ -363,14 +475,15 @@ class KnowledgeBase:
             keep = match if sources is None else keep & match
         return sorted(keep)
 
-    def _dense(self, qvec: np.ndarray, depth: int, doc_ids: list[int] | None) -> list[tuple[int, float]]:
-        index = self._vectors.current()
+    def _dense(self, reader: _Reader, qvec: np.ndarray, depth: int,
+               doc_ids: list[int] | None) -> list[tuple[int, float]]:
+        index = reader.vectors.current()
         if index is None or not len(index):
             return []
         if doc_ids is not None:
             allowed = self.store.chunk_ids_of(doc_ids)
             if len(allowed) <= EXACT_FILTER_LIMIT:  # exact, whatever the backend (ANN + tight filters miss hits)
-                sims = self.store.vectors(allowed, self.dim) @ qvec
+                sims = self.store.vectors(allowed, reader.dim, reader.table) @ qvec
                 top = np.argsort(-sims)[:depth]
                 return [(int(allowed[i]), float(sims[i])) for i in top]
             scores, ids = index.search(qvec[None], depth, allowed=allowed)
@@ -409,6 +522,24 @@ class KnowledgeBase:
         """Share of the text's tokens the embedder only knows as its unknown token ([UNK])."""
         return self._need_embedder().unknown_share(text)
 
+    def _reader(self, query: str) -> _Reader | None:
+        """The embedder that reads the query: the KB's own, else its second embedder (when the KB holds
+        that one's vectors); None when neither does (then only words rank)."""
+        first = self._need_embedder()
+        if first.unknown_share(query) <= MAX_UNKNOWN_SHARE:
+            return _Reader(first, self._vectors, FIRST, self.dim)
+        second = self.second_embedder
+        if (second is not None and self.second_model_id == second.model_id
+                and second.unknown_share(query) <= MAX_UNKNOWN_SHARE):
+            return _Reader(second, self._second_vectors, SECOND, second.dim)
+        return None
+
+    def read_by(self, query: str) -> Embedder | None:
+        """The embedder whose vectors rank this query's hits by meaning (`embedder` or `second_embedder`;
+        their cosines are on different scales), or None: it is ranked by its words alone."""
+        reader = self._reader(query)
+        return reader.embedder if reader is not None else None
+
     def section_text(self, hit: Hit) -> str:
         """The whole section (or FAQ entry) a hit is one chunk of: a long section is indexed in
         windows, and the sentence that answers may sit in the window next to the one that matched
@@ -423,7 +554,8 @@ class KnowledgeBase:
         with `query` (`scores["dense"]`, from the stored vectors) when one is given and the embedder reads
         it: a long section is indexed in windows and one of them stands for it in a search, while the
         sentence that answers may sit in another. Just the hit for a section of one chunk (an FAQ entry:
-        nothing to score) or when the document changed since."""
+        nothing to score) or when the document changed since. Scored by the first embedder only: its
+        cosines are the scale callers compare them on (a second embedder's cosines have another)."""
         scored = bool(query) and self.embedder is not None and self.unknown_share(query) <= MAX_UNKNOWN_SHARE
         with self._lock, self.store.reading():
             ids = self.store.section_chunk_ids(hit.document_id, hit.heading, hit.entry_id)
@@ -443,15 +575,17 @@ class KnowledgeBase:
         """The k best places for a query: one chunk per section (or FAQ entry), best first.
 
         mode: "dense" (cosine of embeddings), "bm25" (FTS5 BM25; needs no embedder) or "hybrid"
-        (both fused on their scores with the place cosine, fusion.fused_scores; BM25 alone when the
-        embedder cannot read the query, e.g. Chinese with an English-only model). Each hit's `score`
-        is its mode's (`score_kind`: cosine, bm25 or fused) and `scores` holds every signal known for it.
+        (both fused on their scores with the place cosine, fusion.fused_scores). A query the embedder
+        cannot read (Chinese with an English-only model) is embedded by the second embedder when the KB
+        has one (its cosines, no place cosine), else ranked by BM25 alone. Each hit's `score` is its
+        mode's (`score_kind`: cosine, bm25 or fused) and `scores` holds every signal known for it.
         sources: document paths, names or glob patterns; document: one document id, path or name.
 
-        min_score is an answerability threshold on the cosine similarity: dense drops hits below
-        it; hybrid returns [] when the best cosine among its candidates is below it (not applied
-        to queries the embedder cannot read). None means the KB's calibrated default
-        (`default_min_score`); -1 disables it. For bm25 it is a BM25 score and has no default."""
+        min_score is an answerability threshold on the first embedder's cosine similarity: dense drops
+        hits below it; hybrid returns [] when the best cosine among its candidates is below it (not
+        applied to queries the first embedder cannot read: another model's cosines have another scale).
+        None means the KB's calibrated default (`default_min_score`); -1 disables it. For bm25 it is a
+        BM25 score and has no default."""
         if mode not in MODES:
             raise ValueError(f"unknown search mode {mode!r}; choose from {', '.join(MODES)}")
         if k <= 0 or not query.strip():
@@ -467,9 +601,15 @@ class KnowledgeBase:
             dense: list[tuple[int, float]] = []
             dense_score: dict[int, float] = {}
             qvec = None
-            if mode in ("dense", "hybrid"):
-                qvec = self._need_embedder().embed([query], kind="query").vectors[0]
-                dense, dense_score = self._by_section(lambda n: self._dense(qvec, n, doc_ids), want, records)
+            reader = self._reader(query) if mode != "bm25" else None
+            readable = reader is not None
+            if mode == "dense" and reader is None:  # asked for: the first embedder's best guess
+                reader = _Reader(self._need_embedder(), self._vectors, FIRST, self.dim)
+            if reader is not None:
+                qvec = reader.embedder.embed([query], kind="query").vectors[0]
+                dense, dense_score = self._by_section(lambda n: self._dense(reader, qvec, n, doc_ids), want, records)
+            if reader is not None and not reader.first:
+                min_score = None
             lexical, bm25_score = [], {}
             place_score: dict[tuple, float] = {}
             if mode in ("bm25", "hybrid"):
@@ -480,20 +620,20 @@ class KnowledgeBase:
             elif mode == "bm25":
                 ranked = lexical
             else:
-                readable = self.unknown_share(query) <= MAX_UNKNOWN_SHARE
                 # fused by section: the candidates of either ranking, each by its best chunk (the dense
                 # side's chunk speaks for it), scored on the signals themselves (fusion.fused_scores)
                 chunk_of = {section_key(records[i]): i for i, _ in lexical + dense}
                 missing = np.array([i for i in chunk_of.values() if i not in dense_score], np.int64)
-                if len(missing):  # cosine of the BM25-only candidates
-                    dense_score.update(zip(missing.tolist(), (self.store.vectors(missing, self.dim) @ qvec).tolist()))
-                places = self.store.place_vectors(list(chunk_of.values()), self.dim) if readable else {}
+                if len(missing) and reader is not None:  # cosine of the BM25-only candidates
+                    dense_score.update(zip(missing.tolist(),
+                                           (self.store.vectors(missing, reader.dim, reader.table) @ qvec).tolist()))
+                places = self.store.place_vectors(list(chunk_of.values()), reader.dim, reader.table) if readable else {}
                 if places and len(places) == len(chunk_of):  # a KB from before place vectors: without them
                     place_score = {key: float(places[cid] @ qvec) for key, cid in chunk_of.items()}
                 best_bm25 = {section_key(records[i]): s for i, s in lexical}
                 order = [section_key(records[i]) for i, _ in dense + lexical]  # ties: the dense side's first
-                fused = fused_scores(dict.fromkeys(order), {key: dense_score[chunk_of[key]] for key in chunk_of},
-                                     best_bm25, place_score, readable)
+                cosine = {key: dense_score.get(chunk_of[key], 0.0) for key in chunk_of}
+                fused = fused_scores(dict.fromkeys(order), cosine, best_bm25, place_score, readable)
                 ranked = [(chunk_of[key], score) for key, score in fused]
                 if min_score is not None and readable and (not dense or max(dense_score.values()) < min_score):
                     return []

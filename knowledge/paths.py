@@ -15,3 +15,8 @@ def default_kb_dir() -> Path:
 def default_embedder_dir() -> Path:
     """$HEXRAG_EMBEDDER, else the embedder `hexrag quickstart` built into <hexrag home>/models."""
     return home.embedder_dir()
+
+
+def default_second_embedder_dir() -> Path | None:
+    """$HEXRAG_SECOND_EMBEDDER, else the multilingual embedder `hexrag quickstart` built (None: none)."""
+    return home.second_embedder_dir()

@@ -68,6 +68,17 @@ CREATE TABLE IF NOT EXISTS embeddings (
     chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
     vector BLOB NOT NULL              -- float32, little-endian, L2-normalised
 );
+-- a second embedder's vectors (VectorTable SECOND): for the languages the first cannot read, a
+-- multilingual model beside an English one. Filled after the chunks are committed (KnowledgeBase
+-- .embed_second), so a chunk may lack one for a while; a KB without a second embedder has none.
+CREATE TABLE IF NOT EXISTS second_embeddings (
+    chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
+    vector BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS second_places (
+    chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
+    vector BLOB NOT NULL
+);
 -- the embedding of a chunk's place alone (chunking.place_text); hybrid search ranks its candidate
 -- sections by it too. KBs written before it have no rows here and are ranked without it.
 CREATE TABLE IF NOT EXISTS places (
@@ -119,6 +130,20 @@ CREATE TRIGGER IF NOT EXISTS {BIGRAM_TABLE}_au AFTER UPDATE ON chunks BEGIN
     SELECT new.id, hexrag_bigram_text(new.heading), hexrag_bigram_text(new.text) WHERE {_BIGRAM_ROW.format(row="new")};
 END;
 """
+
+
+@dataclass(frozen=True)
+class VectorTable:
+    """Where one embedder's vectors live: the table, and the meta keys naming its model and dimension."""
+
+    name: str
+    places: str  # the table of its place vectors (chunking.place_text)
+    model_key: str
+    dim_key: str
+
+
+FIRST = VectorTable("embeddings", "places", "model_id", "dim")  # the KB's embedder: every chunk has a vector
+SECOND = VectorTable("second_embeddings", "second_places", "second_model_id", "second_dim")
 
 
 @dataclass
@@ -348,7 +373,7 @@ class Store:
     def _delete_chunks(self, document_id: int) -> np.ndarray:
         conn = self.db.conn
         ids = np.array([r[0] for r in conn.execute("SELECT id FROM chunks WHERE document_id = ?", [document_id])], np.int64)
-        for table in ("embeddings", "places"):
+        for table in (FIRST.name, FIRST.places, SECOND.name, SECOND.places):
             conn.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = ?)",
                          [document_id])
         conn.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])  # triggers update both FTS tables
@@ -365,46 +390,51 @@ class Store:
             out.update({r[0]: ChunkRecord(*r) for r in rows})
         return out
 
-    def vectors(self, ids: np.ndarray, dim: int) -> np.ndarray:
-        """Vectors of the given chunk ids, in that order."""
+    def vectors(self, ids: np.ndarray, dim: int, table: VectorTable = FIRST) -> np.ndarray:
+        """Vectors of the given chunk ids, in that order (zeros for a chunk without one)."""
         out = np.zeros((len(ids), dim), np.float32)
         position = {int(i): n for n, i in enumerate(ids)}
         for start in range(0, len(ids), 900):
             part = [int(i) for i in ids[start:start + 900]]
-            for cid, blob in self.db.execute(f"SELECT chunk_id, vector FROM embeddings WHERE chunk_id IN ({_marks(part)})", part):
+            for cid, blob in self.db.execute(
+                    f"SELECT chunk_id, vector FROM {table.name} WHERE chunk_id IN ({_marks(part)})", part):
                 out[position[cid]] = np.frombuffer(blob, "<f4")
         return out
 
-    def place_vectors(self, ids: list[int], dim: int) -> dict[int, np.ndarray]:
+    def place_vectors(self, ids: list[int], dim: int, table: VectorTable = FIRST) -> dict[int, np.ndarray]:
         """Place vectors of those given chunk ids that have one (of this dimension)."""
-        rows = self.db.execute(f"SELECT chunk_id, vector FROM places WHERE chunk_id IN ({_marks(ids)})",
+        rows = self.db.execute(f"SELECT chunk_id, vector FROM {table.places} WHERE chunk_id IN ({_marks(ids)})",
                                [int(i) for i in ids])
         return {cid: np.frombuffer(blob, "<f4") for cid, blob in rows if len(blob) == 4 * dim}
 
-    def all_vectors(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    def all_vectors(self, dim: int, table: VectorTable = FIRST) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors) of every embedded chunk, in id order; what an index is rebuilt from."""
-        n = self.db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+        n = self.count_embedded(table=table)
         ids, vectors = np.empty(n, np.int64), np.empty((n, dim), np.float32)
         i = 0
-        for cid, blob in self.db.execute("SELECT chunk_id, vector FROM embeddings ORDER BY chunk_id"):
+        for cid, blob in self.db.execute(f"SELECT chunk_id, vector FROM {table.name} ORDER BY chunk_id"):
             if i == n:  # a concurrent writer added rows meanwhile; the next open reconciles
                 break
             ids[i], vectors[i] = cid, np.frombuffer(blob, "<f4")
             i += 1
         return ids[:i], vectors[:i]
 
-    def vectors_after(self, last_id: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, vectors) of the chunks embedded after `last_id`: rowids only grow, in commit order."""
-        rows = self.db.execute("SELECT chunk_id, vector FROM embeddings WHERE chunk_id > ? ORDER BY chunk_id",
+    def vectors_after(self, last_id: int, dim: int, table: VectorTable = FIRST) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of the chunks embedded after `last_id`: rowids only grow, in commit order (a
+        second embedder's vectors too: they are added in id order, KnowledgeBase.embed_second)."""
+        rows = self.db.execute(f"SELECT chunk_id, vector FROM {table.name} WHERE chunk_id > ? ORDER BY chunk_id",
                                [last_id]).fetchall()
         vectors = np.array([np.frombuffer(b, "<f4") for _, b in rows], np.float32).reshape(len(rows), dim)
         return np.array([r[0] for r in rows], np.int64), vectors
 
-    def count_embedded(self, up_to: int) -> int:
-        return self.db.execute("SELECT count(*) FROM embeddings WHERE chunk_id <= ?", [up_to]).fetchone()[0]
+    def count_embedded(self, up_to: int | None = None, table: VectorTable = FIRST) -> int:
+        sql, args = f"SELECT count(*) FROM {table.name}", []
+        if up_to is not None:
+            sql, args = sql + " WHERE chunk_id <= ?", [up_to]
+        return self.db.execute(sql, args).fetchone()[0]
 
-    def embedded_ids(self, up_to: int | None = None) -> np.ndarray:
-        sql, args = "SELECT chunk_id FROM embeddings", []
+    def embedded_ids(self, up_to: int | None = None, table: VectorTable = FIRST) -> np.ndarray:
+        sql, args = f"SELECT chunk_id FROM {table.name}", []
         if up_to is not None:
             sql, args = sql + " WHERE chunk_id <= ?", [up_to]
         return np.array([r[0] for r in self.db.execute(sql + " ORDER BY chunk_id", args)], np.int64)
@@ -418,6 +448,34 @@ class Store:
                                "JOIN documents d ON d.id = c.document_id ORDER BY c.id").fetchall()
         for start in range(0, len(rows), batch):
             yield rows[start:start + batch]
+
+    def unembedded(self, table: VectorTable, batch: int) -> list[tuple[int, str | None, str, str | None, str]]:
+        """The first `batch` chunks without a vector in `table`, in id order, as `iter_chunk_texts` gives them."""
+        return self.db.execute(
+            "SELECT c.id, d.title, c.heading, c.entry_id, c.text FROM chunks c "
+            f"JOIN documents d ON d.id = c.document_id WHERE c.id NOT IN (SELECT chunk_id FROM {table.name}) "
+            "ORDER BY c.id LIMIT ?", [batch]).fetchall()
+
+    def add_vectors(self, table: VectorTable, rows: list[tuple[int, np.ndarray, np.ndarray]]) -> WriteResult:
+        """(chunk id, vector, place vector) for existing chunks, in a table other than FIRST (a chunk
+        deleted meanwhile is skipped)."""
+        with self._writing():
+            present = {r[0] for r in self.db.execute(
+                f"SELECT id FROM chunks WHERE id IN ({_marks(rows)})", [int(row[0]) for row in rows])}
+            kept = [(int(cid), v, place) for cid, v, place in rows if int(cid) in present]
+            for name, column in ((table.name, 1), (table.places, 2)):
+                self.db.conn.executemany(f"INSERT OR REPLACE INTO {name} (chunk_id, vector) VALUES (?, ?)",
+                                         [(row[0], vector_blob(row[column])) for row in kept])
+            generation = self._bump_generation()
+        return WriteResult(np.zeros(0, np.int64), np.array([row[0] for row in kept], np.int64), generation)
+
+    def drop_vectors(self, table: VectorTable) -> None:
+        """Forget every vector of `table` and its model (a second embedder replaced by another)."""
+        with self._writing():
+            self.db.execute(f"DELETE FROM {table.name}")
+            self.db.execute(f"DELETE FROM {table.places}")
+            self.db.execute("DELETE FROM meta WHERE key IN (?, ?)", [table.model_key, table.dim_key])
+            self._bump_generation()
 
     def replace_vectors(self, rows: list[tuple[int, np.ndarray]], places: list[tuple[int, np.ndarray]]) -> None:
         """New vectors (and place vectors) for existing chunks: after a change of embedding model."""
@@ -477,7 +535,7 @@ class Store:
 def _counts(conn: sqlite3.Connection) -> dict[str, int]:
     q = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
     return {"documents": q("SELECT count(*) FROM documents"), "chunks": q("SELECT count(*) FROM chunks"),
-            "embeddings": q("SELECT count(*) FROM embeddings"),
+            "embeddings": q("SELECT count(*) FROM embeddings"), SECOND.name: q(f"SELECT count(*) FROM {SECOND.name}"),
             "tokens": q("SELECT coalesce(sum(tokens), 0) FROM chunks")}
 
 

@@ -7,10 +7,11 @@
         ├── weights/      downloaded weight packages
         └── eval-kbs/     the answer evals' knowledge bases (`hexrag eval answers --domain`)
 
-`$HEXRAG_LLM` and `$HEXRAG_EMBEDDER` name model directories outright. Nothing else reads these
-variables for a default location: `knowledge` (KB, embedder), `build_scripts.fetch` (weights) and
-the app's `Settings` (which also takes them as the env twins of its fields) all ask here. The module
-sits in `models/` because every layer may import that package without importing one another.
+`$HEXRAG_LLM`, `$HEXRAG_EMBEDDER` and `$HEXRAG_SECOND_EMBEDDER` name model directories outright.
+Nothing else reads these variables for a default location: `knowledge` (KB, embedders),
+`build_scripts.fetch` (weights) and the app's `Settings` (which also takes them as the env twins of
+its fields) all ask here. The module sits in `models/` because every layer may import that package
+without importing one another.
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ def llm_dir(env: Env = os.environ) -> Path:
 
 def embedder_dir(env: Env = os.environ) -> Path:
     return _given(env, "HEXRAG_EMBEDDER") or model_dir(*DEFAULT_EMBEDDERS, env=env)
+
+
+def second_embedder_dir(env: Env = os.environ) -> Path | None:
+    """$HEXRAG_SECOND_EMBEDDER, else the multilingual embedder where it was built: what reads the
+    queries the first cannot, for a KB that holds its vectors (KnowledgeBase.embed_second)."""
+    given = _given(env, "HEXRAG_SECOND_EMBEDDER")
+    built = models_dir(env) / MULTILINGUAL_EMBEDDER
+    return given or (built if is_built(built) else None)
 
 
 def is_built(path: Path) -> bool:

@@ -176,12 +176,15 @@ def test_quickstart_reuses_the_home_or_an_earlier_checkout_build(env, monkeypatc
     assert qs.ensure_default_models(None, "htp", TINY_LLM) == tuple(tmp_path / "home" / "models" / n for n in names)
 
 
-def test_quickstart_builds_the_multilingual_embedder_for_documents_mostly_in_chinese(tmp_path):
-    from app.quickstart import choose_embedder
+def test_quickstart_builds_the_multilingual_embedder_for_documents_in_chinese(tmp_path):
+    from app.quickstart import choose_embedders
 
     english, chinese = tmp_path / "manual.md", tmp_path / "faq.md"
     english.write_text("# Charging\n\nPlug the cable in and charging starts by itself.\n", encoding="utf-8")
     chinese.write_text("# 充电\n\n插上充电枪后会自动开始充电。充满后充电口的灯变成绿色。\n", encoding="utf-8")
-    assert choose_embedder([english])[0] == "all-minilm-l6-v2"
-    assert choose_embedder([english, chinese])[0] == "multilingual-e5-small"
-    assert "Chinese" in choose_embedder([chinese])[1]
+    assert choose_embedders([english])[:2] == ("all-minilm-l6-v2", None)
+    # mostly Chinese: the multilingual one alone; some Chinese: it reads what MiniLM cannot
+    assert choose_embedders([english, chinese])[:2] == ("multilingual-e5-small", None)
+    assert "Chinese" in choose_embedders([chinese])[2]
+    english.write_text("# Charging\n\n" + "Plug the cable in and charging starts by itself. " * 20, encoding="utf-8")
+    assert choose_embedders([english, chinese])[:2] == ("all-minilm-l6-v2", "multilingual-e5-small")

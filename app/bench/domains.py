@@ -74,9 +74,12 @@ def _files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
+def domain_kb(folder: Path, embedder, progress: bool = True, second=None) -> Path:
     """A fresh copy of the domain's knowledge base (the caller removes it), ingested into the cache
-    on first use for this embedder and these documents."""
+    on first use for this embedder and these documents; with `second`, a second embedder, when the
+    documents hold Chinese (quickstart's rule, app.quickstart.choose_embedders)."""
+    from app.quickstart import SECOND_SHARE, documents_cjk_share
+
     from knowledge import AnswerProfile, KnowledgeBase
 
     domain = Domain.load(folder)
@@ -87,7 +90,10 @@ def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
             profile = AnswerProfile.model_validate_json((folder / domain.profile).read_text(encoding="utf-8"))
         except (OSError, ValidationError) as e:
             raise BenchError(f"domain {folder.name}: its profile {domain.profile} cannot be used: {e}") from None
-    digest = hashlib.sha256(embedder.model_id.encode())
+    if second is not None and (second.model_id == embedder.model_id
+                               or documents_cjk_share(_files(documents)) < SECOND_SHARE):
+        second = None
+    digest = hashlib.sha256(embedder.model_id.encode() + (second.model_id.encode() if second else b""))
     # the documents, and the code that reads and chunks them: a loader's fix makes a new KB
     package = Path(str(resources.files("knowledge")))
     readers = [*sorted(package.glob("loaders/*.py")), package / "chunking.py"]
@@ -97,7 +103,7 @@ def domain_kb(folder: Path, embedder, progress: bool = True) -> Path:
     if not cached.is_dir():
         cached.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=cached.parent))
-        with KnowledgeBase.open(building, embedder) as kb:
+        with KnowledgeBase.open(building, embedder, second_embedder=second) as kb:
             report = kb.ingest(documents, progress=progress)
         if report.failed:
             shutil.rmtree(building, ignore_errors=True)
