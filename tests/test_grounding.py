@@ -6,7 +6,7 @@ import pytest
 
 from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts
-from app.answer.passages import Passage, language, select
+from app.answer.passages import Passage, confidence, language, select
 from app.answer.pipeline import DONT_KNOW
 from app.answer.question import answers_kind, asks_yes_no, meant, on_topic, parts, ruled_out
 from app.answer.relevance import Confidence, content_words, terms
@@ -219,6 +219,20 @@ def test_among_close_passages_the_one_stating_the_wanted_fact_comes_first():
     assert [h.entry_id for h in select([sos, roadside, far], True, states_wanted=phone)][:2] == [
         "roadside-assistance", "ecall-sos"]
     assert select([sos, far], True, states_wanted=phone)[0].entry_id == "ecall-sos"  # none states one
+
+
+def test_a_second_embedders_order_is_kept_and_its_gate_stays_on_words():
+    """A question only a second embedder reads: its best hit by meaning leads (the KB's order), hits
+    join it by their share of the best BM25 (not the first embedder's cosine margins: another scale),
+    and the confidence is the BM25 of the best-worded passage, as for a question no embedder reads."""
+    meaning = _hit("keys-battery", "遥控钥匙用什么电池？\n钥匙使用 CR2032 纽扣电池。", 0.91, 4.0)
+    words = _hit("keys-lock", "怎么用钥匙锁车？\n按一下钥匙上的锁车键。", 0.88, 12.0)
+    far = _hit("wipers", "雨刮怎么换？\n每年更换一次雨刮片。", 0.87, 2.0)
+    chosen = select([meaning, words, far], False, ranked_by_kb=True)
+    assert [h.entry_id for h in chosen] == ["keys-battery", "keys-lock"]
+    assert [h.entry_id for h in select([meaning, words, far], False)] == ["keys-lock"]  # words alone
+    c = confidence("钥匙的电池是什么型号？", chosen[0], False, others=chosen[1:])
+    assert c.dense is None and c.value == 12.0
 
 
 def test_a_denial_needs_a_source_that_denies():

@@ -66,7 +66,13 @@ class Passage:
         return passage_text(self.index, head, self.body)
 
 
-def confidence(question: str, best: Hit, readable: bool, ignore: set[str] = frozenset()) -> Confidence:
+def confidence(question: str, best: Hit, readable: bool, ignore: set[str] = frozenset(),
+               others: list[Hit] = ()) -> Confidence:
+    """The answerability signal of the best passage: its cosine plus term coverage where the first
+    embedder reads the question, else its BM25; `others`, the passages beside a best passage chosen
+    by a second embedder's meaning (`select`), stand for it on BM25 when one of them scores higher."""
+    if not readable:
+        best = max([best, *others], key=lambda h: h.scores.get("bm25", 0.0))
     cov = coverage(question, best.text, ignore)
     if readable:
         dense = best.scores.get("dense", 0.0)
@@ -81,19 +87,24 @@ def confident(c: Confidence, profile: AnswerProfile = AnswerProfile()) -> bool:
 
 
 def select(hits: list[Hit], readable: bool, limit: int = MAX_PASSAGES,
-           states_wanted: Callable[[Hit], bool] | None = None) -> list[Hit]:
+           states_wanted: Callable[[Hit], bool] | None = None, ranked_by_kb: bool = False) -> list[Hit]:
     """The hits an answer may use, best first: an FAQ entry that leads clearly stands alone.
 
+    `readable`: the KB's first embedder reads the question, whose cosines the margins are set on; else
+    hits are close to the best by their share of its BM25. `ranked_by_kb`: a question the first
+    embedder cannot read but a second one does (KnowledgeBase.read_by): the KB's order (that one's
+    cosines fused with BM25) is kept, the first hit is the best by meaning, and the others join it
+    by their share of the best BM25 among the hits: another model's cosines have another scale.
     `states_wanted(hit)`: whether a hit states the kind of fact the question asks for (a phone
     number); among the hits about as relevant as the best, those that do come first."""
-    ranked = rerank(hits, readable)
+    ranked = list(hits) if ranked_by_kb else rerank(hits, readable)
     if not ranked:
         return []
-    top = score(ranked[0], readable)
+    top = max(score(h, readable) for h in ranked) if ranked_by_kb else score(ranked[0], readable)
 
     def close(h: Hit, margin: float, share: float) -> bool:
         s = score(h, readable)
-        return s >= top - margin if readable else s >= share * top
+        return s >= top - margin if readable else (s >= share * top or h is ranked[0])
 
     if states_wanted is not None:
         first = [h for h in ranked if close(h, BUDGET_MARGIN, BUDGET_SHARE) and states_wanted(h)]

@@ -30,7 +30,6 @@ from app.answer.types import AnswerRequest, Citation
 from app.voice import VOICE_MAX_TOKENS
 from knowledge.prompts import answer_instructions, voice_instructions, with_system
 from knowledge.profile import AnswerProfile
-from knowledge.retrieval import MAX_UNKNOWN_SHARE
 from models.manifest import TextKind
 from runtime.errors import ContextOverflowError
 from runtime.llm import LLM
@@ -218,15 +217,19 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     hits = kb.search(query, k=max(CANDIDATES, k), mode=opts.mode,
                      min_score=opts.min_score if opts.min_score is not None else default_min_score,
                      sources=opts.sources)
-    readable = kb.unknown_share(query) <= MAX_UNKNOWN_SHARE if hits and kb.embedder is not None else False
+    # the embedder whose cosines ranked the hits: the KB's own (the thresholds' scale), a second one
+    # (Chinese with an English first: the KB's order is kept, gates stay on BM25), or none
+    reader = kb.read_by(query) if hits and kb.embedder is not None else None
+    readable = reader is not None and reader is kb.embedder
+    by_kb = reader is not None and not readable
     chosen = select(hits, readable, limit=min(k, CANDIDATES),
-                    states_wanted=_states_phone if asks_phone(question) else None)
+                    states_wanted=_states_phone if asks_phone(question) else None, ranked_by_kb=by_kb)
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
     if not chosen:
         plan.refusal = "no passage passed the relevance threshold"
         return done()
     ignore = terms(" ".join(profile.stop_words))  # words every question of this KB may use
-    plan.confidence = confidence(query, chosen[0], readable, ignore)
+    plan.confidence = confidence(query, chosen[0], readable, ignore, chosen[1:] if by_kb else [])
     plan.known_name = partial(_written_in_kb, kb)
     if not confident(plan.confidence, profile):
         plan.refusal = f"retrieval confidence {plan.confidence.value:.3f} is below the answerability threshold"
@@ -253,7 +256,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         plan.missing_topic = set(unknown)
     # a quote speaks the KB's own words with its authority: none when the question names anything the
     # KB never does (a roof box is not the tow ball's load); the model may still answer around it
-    similarity = _similarity(kb) if readable else None
+    similarity = _similarity(reader) if reader is not None else None
     if not unknown and _answer_sized(kb, plan.passages[0]):
         best = plan.passages[0]
         quote = extract_answer(question, best.body, similarity)
@@ -418,10 +421,10 @@ def _quotable(rarest: set[str], question: str, passages: list[Passage]) -> bool:
     return named[0] or not (asks_yes_no(question) or any(named))
 
 
-def _similarity(kb):
+def _similarity(embedder):
     def cosines(question: str, sentences: list[str]) -> list[float]:
         kinds: list[TextKind] = ["query", *["passage"] * len(sentences)]
-        vectors = kb.embedder.embed([question, *sentences], kind=kinds).vectors  # L2-normalised
+        vectors = embedder.embed([question, *sentences], kind=kinds).vectors  # L2-normalised
         return (vectors[1:] @ vectors[0]).tolist()
 
     return cosines
