@@ -205,6 +205,26 @@ def test_html_man2html_pages_keep_their_sections_without_the_cgi_header_or_the_p
         assert all(s.heading for s in page.sections) and "\nNAME\n\nSYNOPSIS\n" not in page.text, name.name
 
 
+def test_html_pandoc_pages_nest_their_sections_under_the_title_block():
+    """pandoc (2.17, `pandoc -f man -t html5 -s --toc`) writes the page title as `<h1 class="title">` in a
+    `<header>` and every section as `<h1>` too: the title heads them, the table of contents is not text."""
+    pages = REALDOCS.parent / "pandoc"
+    doc = load_document(pages / "apt_preferences.5.html")
+    described = [f"DESCRIPTION > {h}" for h in (
+        "APTs Default Priority Assignments", "Phased Updates", "The Effect of APT Preferences",
+        "Matching packages in the Package field", "How APT Interprets Priorities",
+        "Determination of Package Version and Distribution Properties", "Optional Lines in an APT Preferences Record")]
+    examples = [f"EXAMPLES > {h}" for h in ("Tracking Stable", "Tracking Testing or Unstable",
+                                            "Tracking the evolution of a codename release")]
+    assert [" > ".join(s.heading) for s in doc.sections] == ["APT_PREFERENCES"] + [f"APT_PREFERENCES > {h}" for h in (
+        "NAME", "DESCRIPTION", *described, *examples, "FILES", "SEE ALSO", "BUGS", "AUTHOR", "NOTES")]
+    assert doc.title == "APT_PREFERENCES" and "Pin-Priority: 1001" in doc.text
+    for name in sorted(pages.glob("*.html")):
+        page = load_document(name)
+        assert page.sections and all(s.heading[0] == page.title for s in page.sections), name.name
+        assert "\nNAME\nDESCRIPTION\n" not in page.text, name.name  # the table of contents
+
+
 def test_html_definition_list_entries_are_one_paragraph_each(tmp_path):
     """A term and every paragraph of its description are one paragraph, where the chunker cuts first:
     a chunk never starts at an entry's last paragraph ("Default: ...") and reads it as the next term's."""

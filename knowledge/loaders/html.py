@@ -6,7 +6,8 @@ and win searches for words like "contents" or "index". lxml parses the page (it 
 HTML the way browsers do); the content is then, in order:
 
 1. the main region: `<main>` or `role="main"`, else the `<article>`, else `<body>`; a block classed as a
-   title that comes first in it (Doxygen's `<div class="title">`) is the page's top heading;
+   title that comes first in it (Doxygen's `<div class="title">`, pandoc's `<h1 class="title">` in the
+   page's `<header>`, above `<h1>` sections) is the page's top heading;
 2. minus chrome: landmark elements (`nav`, `aside`, `footer`, a `header` without a heading, forms)
    and ARIA roles of the same meaning, elements whose class or id names navigation / sidebar /
    table-of-contents / breadcrumb / footer parts, permalink anchors, "edit / report / show source"
@@ -201,10 +202,10 @@ class _TextWriter:
     def walk(self, el: etree._Element, tail: bool = True) -> None:
         tag = el.tag if isinstance(el.tag, str) else ""  # comments and processing instructions: no text
         if tag and tag not in _HIDDEN:
-            if tag in _HEADINGS:
-                self._heading(_HEADINGS[tag], el.text_content())
-            elif self._is_page_title(el):
+            if self._is_page_title(el):
                 self._heading(0, el.text_content())  # above every h1 that follows
+            elif tag in _HEADINGS:
+                self._heading(_HEADINGS[tag], el.text_content())
             elif tag == "pre":
                 self._break(2)
                 # one code block = one paragraph: blank lines inside it must not look like paragraph
@@ -226,14 +227,19 @@ class _TextWriter:
             self._inline(el.tail)
 
     def _is_page_title(self, el: etree._Element) -> bool:
-        """A block classed as a title, first in the content, before any heading and holding none.
+        """A block classed as a title, first in the content, before any heading and holding none; or a
+        heading classed as a title in the page's `<header>` (pandoc's title block, whose page sections
+        are `<h1>` too).
 
         Only the first text of the page counts: asciidoc's and DocBook's "title" blocks name examples,
-        tables and figures inside sections, and a title class further down is not the page's."""
+        tables and figures inside sections, and a title class further down is not the page's; DocBook's
+        section headings are classed "title" too, outside any `<header>`."""
         if self.length or self.stack or self.sections:
             return False
         if not any(_TITLE_CLASS.search(c) for c in (el.get("class") or "").lower().split()):
             return False
+        if el.tag in _HEADINGS:
+            return any(a.tag == "header" for a in el.iterancestors())
         return next(el.iter(*_HEADINGS), None) is None and 0 < len(clean_heading(el.text_content())) <= 200
 
     def _heading(self, level: int, raw: str) -> None:
