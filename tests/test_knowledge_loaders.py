@@ -225,6 +225,23 @@ def test_html_pandoc_pages_nest_their_sections_under_the_title_block():
         assert "\nNAME\nDESCRIPTION\n" not in page.text, name.name  # the table of contents
 
 
+def test_html_docusaurus_pages_keep_clean_headings_and_code_lines_without_the_site_chrome():
+    """Docusaurus (3.10, the classic theme) writes a zero-width space as every heading's permalink text and
+    each line of a code block as a <div> ending in <br>; around the article: navbar, sidebar, "On this
+    page", "Edit this page", previous / next links and the footer."""
+    pages = REALDOCS.parent / "docusaurus"
+    doc = load_document(pages / "authentication.html")
+    assert [" > ".join(s.heading) for s in doc.sections] == [f"Authentication > {h}" for h in (
+        "Basic HTTP authentication", "Basic HTTP authentication > Percent-encoding special characters",
+        "netrc support", "Keyring Support")]
+    assert "\nmachine example.com\nlogin daniel\npassword qwerty\n" in doc.text
+    for name in sorted(pages.glob("*.html")):
+        page = load_document(name)
+        assert not any("\u200b" in h for s in page.sections for h in s.heading), name.name
+        for chrome in ("Edit this page", "On this page", "Copyright", "Previous", "Skip to main content"):
+            assert chrome not in page.text, (name.name, chrome)
+
+
 def test_html_definition_list_entries_are_one_paragraph_each(tmp_path):
     """A term and every paragraph of its description are one paragraph, where the chunker cuts first:
     a chunk never starts at an entry's last paragraph ("Default: ...") and reads it as the next term's."""

@@ -25,9 +25,15 @@ _HEADING_ANCHOR = re.compile(r"(?:\s*(?:[¶§#🔗]|permalink to this (?:headlin
                              r"|link to this (?:heading|section)))+\s*$", re.I)
 
 
+# zero-width space, word joiner and byte-order mark: no letter of any script (Docusaurus writes a
+# zero-width space as the text of every heading's permalink). Zero-width (non-)joiners shape Arabic
+# and Indic words and stay.
+INVISIBLE = re.compile("[\u200b\u2060\ufeff]")
+
+
 def clean_heading(raw: str) -> str:
-    """Heading text as a path element: one line, without permalink anchors."""
-    text = " ".join(raw.split())
+    """Heading text as a path element: one line, without permalink anchors or invisible characters."""
+    text = " ".join(INVISIBLE.sub("", raw).split())
     text = _HEADING_ANCHOR.sub("", text)
     return re.sub(r"^[¶§#🔗]\s*", "", text).strip()
 

@@ -30,7 +30,7 @@ import lxml.html
 from lxml import etree
 
 from knowledge.errors import IngestError
-from knowledge.loaders.base import ParsedDocument, Section, clean_heading, read_text
+from knowledge.loaders.base import INVISIBLE, ParsedDocument, Section, clean_heading, read_text
 
 _HIDDEN = {"script", "style", "noscript", "template", "head", "svg", "iframe", "object", "title", "button", "select"}
 _CHROME_TAGS = {"nav", "aside", "footer", "form", "dialog"}
@@ -173,7 +173,7 @@ class _TextWriter:
     def _inline(self, s: str | None) -> None:
         if not s:
             return
-        s = _SPACES.sub(" ", s)
+        s = _SPACES.sub(" ", INVISIBLE.sub("", s))
         if not self.out or self.out[-1].endswith((" ", "\n")):
             s = s.lstrip(" ")
         self._emit(s)
@@ -210,7 +210,7 @@ class _TextWriter:
                 self._break(2)
                 # one code block = one paragraph: blank lines inside it must not look like paragraph
                 # breaks to the chunker, which splits there first
-                self._emit(_BLANK_LINES.sub("\n", el.text_content().strip("\n")).rstrip())
+                self._emit(_BLANK_LINES.sub("\n", INVISIBLE.sub("", _pre_text(el)).strip("\n")).rstrip())
                 self._break(2)
             else:
                 # a term starts a paragraph; its description follows on the next line
@@ -255,6 +255,13 @@ class _TextWriter:
     def finish(self) -> tuple[str, list[Section]]:
         self._close_section()
         return "".join(self.out), self.sections
+
+
+def _pre_text(el: etree._Element) -> str:
+    """A code block's text with each `<br>` as the line break it draws (Docusaurus writes every line of a
+    code block as a `<div>` ending in `<br>`, with no newline character between them)."""
+    head = "\n" if el.tag == "br" else (el.text or "") if isinstance(el.tag, str) else ""
+    return head + "".join(_pre_text(child) + (child.tail or "") for child in el)
 
 
 def load_html(path: Path, data: bytes | None = None) -> ParsedDocument:
