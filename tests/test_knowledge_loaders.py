@@ -242,6 +242,23 @@ def test_html_docusaurus_pages_keep_clean_headings_and_code_lines_without_the_si
             assert chrome not in page.text, (name.name, chrome)
 
 
+def test_html_sphinx5_pages_of_another_theme_keep_every_heading():
+    """Sphinx 5.3 with its own "sphinx13" theme (Debian's sphinx-doc), another version and theme than the
+    Flask pages; its internationalization page wraps headings in <a class="toc-backref">."""
+    pages = REALDOCS.parent / "sphinx13"
+    intl = load_document(pages / "usage" / "advanced" / "intl.html")
+    assert [" > ".join(s.heading) for s in intl.sections] == ["Internationalization"] + [
+        f"Internationalization > {h}" for h in (
+            "Sphinx internationalization details", "Translating with sphinx-intl > Quick guide",
+            "Translating with sphinx-intl > Update your po files by new pot files",
+            "Using Transifex service for team translation", "Contributing to Sphinx reference translation")]
+    for name in sorted(pages.rglob("*.html")):
+        page = load_document(name)
+        assert page.sections and all(s.heading for s in page.sections), name.name
+        for chrome in ("Site navigation", "On this page"):  # the sidebar's headings
+            assert chrome not in page.text and all(chrome not in s.heading for s in page.sections), name.name
+
+
 def test_html_definition_list_entries_are_one_paragraph_each(tmp_path):
     """A term and every paragraph of its description are one paragraph, where the chunker cuts first:
     a chunk never starts at an entry's last paragraph ("Default: ...") and reads it as the next term's."""
