@@ -39,8 +39,8 @@ _json = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 def _open(kb_dir: Path | None, embedder_dir: Path | None = None, backend: str = "cpu", embedder: bool = True,
           second_dir: Path | None = None, **options):
-    """The KB with its embedder (`embedder`) and, when `second_dir` is given or the KB holds a second
-    embedder's vectors, the second embedder (`second_dir`, else the one the home has built)."""
+    """The KB with its embedder (`embedder`) and its second embedder: `second_dir`, else for a KB holding
+    a second embedder's vectors the one the home has built, when it is that model."""
     from knowledge import KnowledgeBase
     from knowledge.paths import default_embedder_dir, default_second_embedder_dir
 
@@ -48,9 +48,10 @@ def _open(kb_dir: Path | None, embedder_dir: Path | None = None, backend: str = 
         return KnowledgeBase.open(kb_dir, **options)
     model = _embedder_at(embedder_dir or default_embedder_dir(), backend, "--embedder")
     kb = KnowledgeBase.open(kb_dir, model, **options)
-    second = second_dir or (default_second_embedder_dir() if kb.second_model_id else None)
-    if second is not None:
-        kb.use_second(_embedder_at(second, backend, "--second-embedder"))
+    if second_dir is not None:  # asked for: its vectors replace another model's
+        kb.use_second(_embedder_at(second_dir, backend, "--second-embedder"), replace=True)
+    elif kb.second_model_id and (default := default_second_embedder_dir()) is not None:
+        kb.use_second(_embedder_at(default, backend, "--second-embedder"))
     return kb
 
 
@@ -164,16 +165,22 @@ def kb_stats(kb_dir, as_json) -> None:
 @kb.command("rebuild")
 @_kb
 @_embedder
+@click.option("--second-embedder", "second_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Give every chunk this second embedder's vector (replacing another model's), then rebuild.")
 @_backend
 @click.option("--reembed", is_flag=True, help="Recompute every vector with --embedder (after changing models).")
 @click.option("--index", type=click.Choice(["auto", "flat", "hnsw", "ivf"]), default=None,
               help="Switch the vector index kind.")
 @_friendly
-def kb_rebuild(kb_dir, embedder_dir, backend, reembed, index) -> None:
-    """Rebuild the FTS and vector indexes from SQLite (no re-embedding unless --reembed)."""
-    with _open(kb_dir, embedder_dir, backend, embedder=reembed, index=index) as base:
+def kb_rebuild(kb_dir, embedder_dir, second_dir, backend, reembed, index) -> None:
+    """Rebuild the FTS and vector indexes from SQLite (no re-embedding unless --reembed or --second-embedder)."""
+    with _open(kb_dir, embedder_dir, backend, embedder=reembed or second_dir is not None, second_dir=second_dir,
+               index=index) as base:
+        if second_dir is not None:
+            base.embed_second(progress=True)
         stats = base.rebuild_index(reembed=reembed, progress=True)
-    click.echo(f"rebuilt: {stats['chunks']} chunks, {stats['index_kind']} index, model {stats['model_id']}")
+    second = f", second model {stats['second_model_id']}" if stats["second_model_id"] else ""
+    click.echo(f"rebuilt: {stats['chunks']} chunks, {stats['index_kind']} index, model {stats['model_id']}{second}")
 
 
 @kb.command("passage-kv")

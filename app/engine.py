@@ -39,8 +39,8 @@ class Engine:
             if kb.second_model_id is not None and second is not None:  # a KB with the multilingual side
                 if not kb.use_second(Embedder(second, settings.runtime())):
                     log.warning("the KB holds second vectors of %s, not of %s: questions the embedder cannot "
-                                "read are ranked by their words until `hexrag ingest --second-embedder` "
-                                "embeds them again", kb.second_model_id, second)
+                                "read are ranked by their words until `hexrag kb rebuild --second-embedder %s` "
+                                "embeds them again", kb.second_model_id, second, second)
         mb = settings.passage_kv_max_mb
         passage_kv = kept_rows(llm, kb.dir if kb is not None else None, passages=settings.passage_kv if rag else False,
                                disk_bytes=mb << 20 if mb is not None else None,

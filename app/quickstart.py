@@ -132,7 +132,7 @@ def ensure_sample_kb(kb: KnowledgeBase, second_embedder: Path | None = None) -> 
     if second_embedder is not None and kb.second_embedder is None:
         from runtime.embedder import Embedder
 
-        kb.use_second(Embedder(second_embedder))
+        kb.use_second(Embedder(second_embedder), replace=True)
     sample = sample_kb()
     files = sample.document_paths()
     report = kb.ingest(files, progress=True, prune=False)

@@ -122,15 +122,19 @@ class KnowledgeBase:
         if embedder is not None:
             kb._vectors.current()  # a stale index is caught up now, a missing or altered one rebuilt
         if second_embedder is not None:
-            kb.use_second(second_embedder)
+            kb.use_second(second_embedder, replace=True)
         return kb
 
-    def use_second(self, embedder: Embedder) -> bool:
-        """Take `embedder` as the second embedder: whether the KB holds its vectors (then searches use
-        them at once); if not, `embed_second` (and every ingest) embeds the chunks with it."""
+    def use_second(self, embedder: Embedder, replace: bool = False) -> bool:
+        """Take `embedder` as the second embedder, unless the KB holds another model's second vectors and
+        not `replace`. Returns whether the KB holds its vectors (then searches use them at once); where
+        it does not, `embed_second` (which every ingest runs) embeds the chunks with it."""
         with self._lock:
+            held = self.second_model_id
+            if held not in (None, embedder.model_id) and not replace:
+                return False
             self.second_embedder = embedder
-            if self.second_model_id != embedder.model_id:
+            if held != embedder.model_id:
                 return False
             self._second_vectors.current()
             return True

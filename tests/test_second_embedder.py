@@ -104,7 +104,40 @@ def test_another_second_model_is_replaced_not_mixed(tmp_path, bert, e5):
     with KnowledgeBase.open(tmp_path / "kb", bert, second_embedder=bert) as kb:
         kb.ingest(docs, progress=False)
         assert kb.second_model_id == bert.model_id
+    with KnowledgeBase.open(tmp_path / "kb", bert) as kb:  # another model is not taken unless asked
+        assert not kb.use_second(e5) and kb.second_embedder is None
     with KnowledgeBase.open(tmp_path / "kb", bert, second_embedder=e5) as kb:
         assert kb.read_by(ZH_QUESTION) is None  # the vectors held are another model's
         assert kb.embed_second() == kb.stats()["chunks"]
         assert kb.second_model_id == e5.model_id and kb.read_by(ZH_QUESTION) is e5 and kb.check().ok
+
+
+def test_the_cli_ingests_searches_and_rebuilds_with_a_second_embedder(tmp_path, tiny_builds):
+    """`hexrag ingest --second-embedder`, then `search` (the KB's second model found again by its id) and
+    `kb rebuild --second-embedder` with another model, which replaces the vectors."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    docs = write_docs(tmp_path / "docs")
+    env = {**os.environ, "HEXRAG_KB": str(tmp_path / "kb"), "HEXRAG_EMBEDDER": str(tiny_builds["bert"]),
+           "HEXRAG_SECOND_EMBEDDER": str(tiny_builds["e5"])}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=300,
+                              cwd=Path(__file__).resolve().parents[1], env=env)
+
+    proc = cli("ingest", str(docs), "--second-embedder", str(tiny_builds["e5"]), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["second_embedded"] == report["chunks"] > 0
+    proc = cli("search", ZH_QUESTION, "--json")  # hybrid: a cosine only where the second embedder read it
+    assert proc.returncode == 0, proc.stderr
+    hits = json.loads(proc.stdout)
+    assert hits and all("dense" in h["scores"] for h in hits)
+    proc = cli("kb", "rebuild", "--second-embedder", str(tiny_builds["bert"]))
+    assert proc.returncode == 0 and "second model bert:" in proc.stdout, proc.stderr
+    stats = json.loads(cli("kb", "stats", "--json").stdout)
+    assert stats["second_embeddings"] == stats["chunks"] and stats["second_model_id"] == stats["model_id"]

@@ -79,7 +79,6 @@ def domain_kb(folder: Path, embedder, progress: bool = True, second=None) -> Pat
     on first use for this embedder and these documents; with `second`, a second embedder, when the
     documents hold Chinese (quickstart's rule, app.quickstart.choose_embedders)."""
     from app.quickstart import SECOND_SHARE, documents_cjk_share
-
     from knowledge import AnswerProfile, KnowledgeBase
 
     domain = Domain.load(folder)
