@@ -5,6 +5,7 @@ Layout:
     SHA256SUMS           sha256 of every other file (`sha256sum -c SHA256SUMS` checks it too)
     models/llm/          manifest-verified copies of the model directories holding only the target's
     models/embedder/     HTP build (+ the ONNX graphs and weights when a CPU fallback was asked for)
+    models/second-embedder/  the same of the KB's second embedder, when it has one
     kb/                  the knowledge base as exported (a pristine seed, never written)
     src/                 hexrag's own code; requirements.txt pins its dependencies as installed here
     start.sh, README.md  how to run it on the device
@@ -42,6 +43,7 @@ KB_SEED = "kb.seed"  # in data/: the sha256 of the bundle's kb.sqlite that data/
 # never part of what was exported: the device's own state, a virtualenv made inside the bundle, bytecode
 UNLISTED_OK = (DATA_DIR + "/", ".venv/")
 LLM_DIR, EMBEDDER_DIR, KB_DIR, SRC_DIR = "models/llm", "models/embedder", "kb", "src"
+SECOND_EMBEDDER_DIR = "models/second-embedder"
 PACKAGES = ("app", "models", "runtime", "knowledge", "build_scripts")
 DATA_DIRS = {"static", "samples"}  # package data outside Python packages (the web page, the sample KB)
 FORMAT = 1
@@ -62,14 +64,17 @@ class BundleSpec(BaseModel):
     cpu_fallback: bool
     llm: str = LLM_DIR
     embedder: str = EMBEDDER_DIR
+    second_embedder: str | None = None  # SECOND_EMBEDDER_DIR for a KB with a second embedder's vectors
     kb: str = KB_DIR
     versions: dict[str, str]
 
 
 # ---- export --------------------------------------------------------------------------------------
 
-def export_bundle(llm: Path, embedder: Path, kb: Path, target: str, out: Path, cpu_fallback: bool = False) -> BundleSpec:
-    """Write a bundle for `target` into `out` (which must not exist yet; a failure leaves nothing behind)."""
+def export_bundle(llm: Path, embedder: Path, kb: Path, target: str, out: Path, cpu_fallback: bool = False,
+                  second_embedder: Path | None = None) -> BundleSpec:
+    """Write a bundle for `target` into `out` (which must not exist yet; a failure leaves nothing behind).
+    `second_embedder`: the KB's second embedder, which a KB holding its vectors needs."""
     t = resolve_target(target)
     out = Path(out)
     if out.exists():
@@ -79,11 +84,14 @@ def export_bundle(llm: Path, embedder: Path, kb: Path, target: str, out: Path, c
     try:
         variants = {_copy_model(Path(llm), tmp / LLM_DIR, t.name, cpu_fallback),
                     _copy_model(Path(embedder), tmp / EMBEDDER_DIR, t.name, cpu_fallback)}
-        _copy_kb(Path(kb), tmp / KB_DIR, Path(embedder))
+        if second_embedder is not None:
+            variants.add(_copy_model(Path(second_embedder), tmp / SECOND_EMBEDDER_DIR, t.name, cpu_fallback))
+        _copy_kb(Path(kb), tmp / KB_DIR, Path(embedder), second_embedder and Path(second_embedder))
         _copy_sources(tmp / SRC_DIR)
         spec = BundleSpec(created=datetime.now(timezone.utc).isoformat(timespec="seconds"), target=t.name, chip=t.chip,
                           soc_model=t.soc_model, htp_arch=t.htp_arch, variant="/".join(sorted(variants)),
-                          cpu_fallback=cpu_fallback, versions=_versions())
+                          cpu_fallback=cpu_fallback, versions=_versions(),
+                          second_embedder=SECOND_EMBEDDER_DIR if second_embedder is not None else None)
         (tmp / BUNDLE_FILE).write_text(spec.model_dump_json(indent=2) + "\n")
         (tmp / "requirements.txt").write_text(requirements())
         (tmp / "start.sh").write_text(START_SH)
@@ -127,9 +135,10 @@ def _copy_model(src: Path, dst: Path, target: str, cpu_fallback: bool) -> str:
     return build.variant
 
 
-def _copy_kb(src: Path, dst: Path, embedder: Path) -> None:
+def _copy_kb(src: Path, dst: Path, embedder: Path, second: Path | None) -> None:
     """The KB's SQLite file through SQLite's backup (a consistent copy with its write-ahead log folded
-    in), then its derived index files; refused when it was embedded with another model."""
+    in), then its derived index files; refused when it was embedded with another model, or holds a second
+    embedder's vectors and `second` is not that model."""
     from runtime.embedder import Embedder
 
     db = src / "kb.sqlite"
@@ -140,10 +149,21 @@ def _copy_kb(src: Path, dst: Path, embedder: Path) -> None:
             closing(sqlite3.connect(dst / "kb.sqlite")) as copy:
         source.backup(copy)
         copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file (the device's copy goes back to WAL)
-        row = copy.execute("SELECT value FROM meta WHERE key = 'model_id'").fetchone()
+        meta = dict(copy.execute("SELECT key, value FROM meta WHERE key IN ('model_id', 'second_model_id')"))
     model_id = Embedder(embedder, verify=False).model_id
-    if row and row[0] != model_id:
-        raise BundleError(f"the KB at {src} was embedded with {row[0]}, the embedder {embedder} is {model_id}")
+    if meta.get("model_id", model_id) != model_id:
+        raise BundleError(f"the KB at {src} was embedded with {meta['model_id']}, the embedder {embedder} is "
+                          f"{model_id}")
+    held = meta.get("second_model_id")
+    given = Embedder(second, verify=False).model_id if second is not None else None
+    if held != given:
+        if given is None:
+            why = f"holds second embedder vectors of {held}: pass that embedder's build with --second-embedder"
+        elif held is None:
+            why = f"holds no second embedder vectors: add them first (`hexrag kb rebuild --second-embedder {second}`)"
+        else:
+            why = f"holds second embedder vectors of {held}, the second embedder {second} is {given}"
+        raise BundleError(f"the KB at {src} {why}")
     for p in src.iterdir():
         if p.is_file() and not p.name.startswith("kb.sqlite"):
             shutil.copyfile(p, dst / p.name)
@@ -245,6 +265,7 @@ def bundle_settings(bundle: Path, settings: Settings, *, machine: str | None = N
         raise BundleError(f"this bundle is for {spec.target} ({spec.chip}); this device is {here} ({soc.chip}): "
                           f"export one with --target {here}")
     models = [bundle / spec.llm, bundle / spec.embedder]
+    models += [bundle / spec.second_embedder] if spec.second_embedder else []
     if requested == "cpu":
         choice = BackendChoice(backend="cpu", reason="asked for")
     elif requested == "htp":
@@ -258,6 +279,7 @@ def bundle_settings(bundle: Path, settings: Settings, *, machine: str | None = N
         raise BundleError(f"this bundle has HTP binaries for {spec.target} only and cannot run here "
                           f"({choice.reason}); export it with --cpu-fallback to run on the CPU")
     settled = settings.model_copy(update={"llm": models[0], "embedder": models[1], "kb": _working_kb(bundle, spec),
+                                          "second_embedder": models[2] if spec.second_embedder else None,
                                           "backend": choice.backend, "qnn_target": spec.target})
     return settled, choice
 

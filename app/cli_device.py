@@ -62,13 +62,17 @@ def export() -> None:
 @click.option("--target", required=True, help="The device's SoC: sm8650, 8gen3, 57, ...")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Bundle directory to write (new).")
 @click.option("--cpu-fallback", is_flag=True, help="Also bundle the ONNX graphs and weights the CPU backend runs.")
+@click.option("--second-embedder", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="The KB's second embedder, compiled for --target (for a KB holding its vectors).")
 @friendly
-def export_bundle_cmd(llm: Path, embedder: Path, kb: Path, target: str, out: Path, cpu_fallback: bool) -> None:
+def export_bundle_cmd(llm: Path, embedder: Path, kb: Path, target: str, out: Path, cpu_fallback: bool,
+                      second_embedder: Path | None) -> None:
     """A self-contained folder for one Snapdragon SoC: its HTP builds, tokenizer, KB, code, pinned
     requirements, start script, README and a sha256 of every file."""
     from app.bundle import export_bundle
 
-    spec = export_bundle(llm, embedder, kb, target, out, cpu_fallback=cpu_fallback)
+    spec = export_bundle(llm, embedder, kb, target, out, cpu_fallback=cpu_fallback,
+                         second_embedder=second_embedder)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     click.echo(f"bundle for {spec.chip} ({spec.target}, {spec.variant} HTP build"
                f"{', CPU fallback' if spec.cpu_fallback else ''}): {out} ({size / 1e6:.1f} MB)")

@@ -169,6 +169,33 @@ def test_bundle_for_another_soc_is_refused(bundle, device_models, tmp_path):
     assert proc.returncode == 1 and "--cpu-fallback" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_kb_with_a_second_embedder_takes_it_along(device_models, tmp_path):
+    """A KB holding a second embedder's vectors is exported only with that model (here the compiled tiny
+    BERT again: any embedder may be the second), and a server from the bundle searches with it."""
+    from app.engine import Engine
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+
+    llm, bert = device_models["llama"], device_models["bert"]
+    with pytest.raises(BundleError, match="holds no second embedder vectors"):
+        export_bundle(llm, bert, device_models["kb"], "sm8650", tmp_path / "none", second_embedder=bert)
+    kb2 = tmp_path / "kb2"
+    shutil.copytree(device_models["kb"], kb2)
+    with KnowledgeBase.open(kb2, Embedder(bert), second_embedder=Embedder(bert)) as kb:
+        assert kb.embed_second() == kb.stats()["chunks"]
+    with pytest.raises(BundleError, match="pass that embedder's build with --second-embedder"):
+        export_bundle(llm, bert, kb2, "sm8650", tmp_path / "without")
+    assert not (tmp_path / "without").exists()
+    spec = export_bundle(llm, bert, kb2, "sm8650", tmp_path / "b", cpu_fallback=True, second_embedder=bert)
+    assert spec.second_embedder == "models/second-embedder"
+    load_manifest(tmp_path / "b/models/second-embedder")  # a verified model directory
+    settings, _ = bundle_settings(tmp_path / "b", Settings(backend="cpu"))
+    assert settings.second_embedder == (tmp_path / "b").resolve() / "models/second-embedder"
+    engine = Engine.load(settings)
+    assert engine.kb.second_embedder is not None and engine.kb.second_model_id == Embedder(bert).model_id
+    engine.kb.close()
+
+
 def test_a_newer_bundle_copied_over_an_older_one_does_not_serve_the_old_kb(bundle, device_models, tmp_path):
     from knowledge import KnowledgeBase
     from runtime.embedder import Embedder
