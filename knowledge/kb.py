@@ -202,15 +202,16 @@ class KnowledgeBase:
                 self.store.set_meta(**{SECOND.model_key: second.model_id, SECOND.dim_key: second.dim})
             self._second_vectors.current()
             missing = self.store.counts()["chunks"] - self.store.count_embedded(table=SECOND)
-        done = 0
+        done = last = 0
         with tqdm(total=missing, unit="chunk", disable=not progress or not missing, desc="second embedder",
                   leave=False) as bar:
             while True:
                 checkpoint()
                 with self._lock:
-                    rows = self.store.unembedded(SECOND, SECOND_STEP)
+                    rows = self.store.unembedded(SECOND, SECOND_STEP, after=last)
                 if not rows:
                     break
+                last = rows[-1][0]
                 vectors, places = _embedded(second, rows, embed_text)
                 with self._lock:
                     write = self.store.add_vectors(SECOND, [(row[0], v, p) for row, v, p in zip(rows, vectors, places)])

@@ -449,12 +449,15 @@ class Store:
         for start in range(0, len(rows), batch):
             yield rows[start:start + batch]
 
-    def unembedded(self, table: VectorTable, batch: int) -> list[tuple[int, str | None, str, str | None, str]]:
-        """The first `batch` chunks without a vector in `table`, in id order, as `iter_chunk_texts` gives them."""
+    def unembedded(self, table: VectorTable, batch: int,
+                   after: int = 0) -> list[tuple[int, str | None, str, str | None, str]]:
+        """The first `batch` chunks with ids above `after` without a vector in `table`, in id order, as
+        `iter_chunk_texts` gives them (`after`: where the previous batch ended, so that a fill reads each
+        chunk once instead of passing over every filled one again)."""
         return self.db.execute(
-            "SELECT c.id, d.title, c.heading, c.entry_id, c.text FROM chunks c "
-            f"JOIN documents d ON d.id = c.document_id WHERE c.id NOT IN (SELECT chunk_id FROM {table.name}) "
-            "ORDER BY c.id LIMIT ?", [batch]).fetchall()
+            "SELECT c.id, d.title, c.heading, c.entry_id, c.text FROM chunks c JOIN documents d ON d.id = "
+            f"c.document_id WHERE c.id > ? AND c.id NOT IN (SELECT chunk_id FROM {table.name}) ORDER BY c.id LIMIT ?",
+            [after, batch]).fetchall()
 
     def add_vectors(self, table: VectorTable, rows: list[tuple[int, np.ndarray, np.ndarray]]) -> WriteResult:
         """(chunk id, vector, place vector) for existing chunks, in a table other than FIRST (a chunk
