@@ -48,11 +48,14 @@ class _Reader:
     embedder: Embedder
     vectors: SyncedIndex
     table: VectorTable
-    dim: int
 
     @property
     def first(self) -> bool:
         return self.table == FIRST
+
+    @property
+    def dim(self) -> int:
+        return self.embedder.dim
 
 
 @dataclass
@@ -532,11 +535,11 @@ class KnowledgeBase:
         that one's vectors); None when neither does (then only words rank)."""
         first = self._need_embedder()
         if first.unknown_share(query) <= MAX_UNKNOWN_SHARE:
-            return _Reader(first, self._vectors, FIRST, self.dim)
+            return _Reader(first, self._vectors, FIRST)
         second = self.second_embedder
         if (second is not None and self.second_model_id == second.model_id
                 and second.unknown_share(query) <= MAX_UNKNOWN_SHARE):
-            return _Reader(second, self._second_vectors, SECOND, second.dim)
+            return _Reader(second, self._second_vectors, SECOND)
         return None
 
     def read_by(self, query: str) -> Embedder | None:
@@ -609,7 +612,7 @@ class KnowledgeBase:
             reader = self._reader(query) if mode != "bm25" else None
             readable = reader is not None
             if mode == "dense" and reader is None:  # asked for: the first embedder's best guess
-                reader = _Reader(self._need_embedder(), self._vectors, FIRST, self.dim)
+                reader = _Reader(self._need_embedder(), self._vectors, FIRST)
             if reader is not None:
                 qvec = reader.embedder.embed([query], kind="query").vectors[0]
                 dense, dense_score = self._by_section(lambda n: self._dense(reader, qvec, n, doc_ids), want, records)
