@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 EXACT_FILTER_LIMIT = 50_000  # a filtered dense search over at most this many chunks is done exactly
 MAX_DEEPENING = 32  # candidates fetched per ranking: at most this many times the sections wanted
 SECOND_STEP = 16  # chunks the second embedder embeds between checkpoints (KnowledgeBase.embed_second)
+# query vectors kept (KnowledgeBase._query_vector): an answer embeds its question for the search, then
+# again for each long section's window (section_chunks); a few milliseconds each on a CPU
+QUERY_VECTORS = 16
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class KnowledgeBase:
         # from threads); held for a search or one document's commit, never for a whole ingest
         self._lock = threading.RLock()
         self._writing = threading.Lock()  # one ingest or delete at a time in this process
+        self._queries: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()  # (model, query) -> vector
+        self._queries_lock = threading.Lock()
 
     # ---- opening
     @classmethod
@@ -530,6 +536,20 @@ class KnowledgeBase:
         """Share of the text's tokens the embedder only knows as its unknown token ([UNK])."""
         return self._need_embedder().unknown_share(text)
 
+    def _query_vector(self, embedder: Embedder, query: str) -> np.ndarray:
+        """The query's vector by this embedder, embedded once while it is among the last QUERY_VECTORS."""
+        key = (embedder.model_id, query)
+        with self._queries_lock:
+            if key in self._queries:
+                self._queries.move_to_end(key)
+                return self._queries[key]
+        vector = embedder.embed([query], kind="query").vectors[0]
+        with self._queries_lock:
+            self._queries[key] = vector
+            while len(self._queries) > QUERY_VECTORS:
+                self._queries.popitem(last=False)
+        return vector
+
     def _reader(self, query: str) -> _Reader | None:
         """The embedder that reads the query: the KB's own, else its second embedder (when the KB holds
         that one's vectors); None when neither does (then only words rank)."""
@@ -573,7 +593,7 @@ class KnowledgeBase:
             vectors = self.store.vectors(np.array(ids, np.int64), self.dim) if scored else None
         cosines = {}
         if vectors is not None:  # the query embedded outside the lock: searches need not wait for it
-            cosines = dict(zip(ids, (vectors @ self.embedder.embed([query], kind="query").vectors[0]).tolist()))
+            cosines = dict(zip(ids, (vectors @ self._query_vector(self.embedder, query)).tolist()))
         return [Hit(i, r.text, r.source, r.name, r.heading, r.entry_id, cosines.get(i, 0.0),
                     {"dense": cosines[i]} if i in cosines else {}, r.start, r.end, r.document_id,
                     SCORE_KINDS["dense"] if cosines else "") for i, r in ((i, records[i]) for i in ids)]
@@ -614,7 +634,7 @@ class KnowledgeBase:
             if mode == "dense" and reader is None:  # asked for: the first embedder's best guess
                 reader = _Reader(self._need_embedder(), self._vectors, FIRST)
             if reader is not None:
-                qvec = reader.embedder.embed([query], kind="query").vectors[0]
+                qvec = self._query_vector(reader.embedder, query)
                 dense, dense_score = self._by_section(lambda n: self._dense(reader, qvec, n, doc_ids), want, records)
             if reader is not None and not reader.first:
                 min_score = None

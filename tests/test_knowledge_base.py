@@ -303,6 +303,18 @@ def test_hits_are_distinct_sections_and_say_what_their_score_is(tmp_path, embedd
             [dense[c.chunk_id] for c in chunks if c.chunk_id in dense], abs=1e-5)
         assert [c.scores for c in kb.section_chunks(blade_hit)] == [{}] * len(chunks)  # no query: unscored
         assert [c.text for c in kb.section_chunks(fluid_hit, "wiper")] == [fluid_hit.text]
+        # a question is embedded once for its search and its sections' windows, with the same cosines
+        calls = []
+        embed = kb.embedder.embed
+        kb.embedder.embed = lambda texts, **kw: calls.append(texts) or embed(texts, **kw)
+        try:
+            again = kb.section_chunks(blade_hit, "wiper blades fluid")
+            kb.search("wiper blades fluid", k=3, mode="dense", min_score=NO_GATE)
+            assert calls == [] and [c.scores for c in again] == [c.scores for c in chunks]
+            kb.section_chunks(blade_hit, "how do I change the blades")
+            assert calls == [["how do I change the blades"]]
+        finally:
+            del kb.embedder.embed  # the class's method again (the embedder is shared by this module's tests)
 
 
 def test_the_sample_kb_is_held_once_whichever_checkout_filled_it(tmp_path, embedder):
