@@ -605,7 +605,7 @@ class KnowledgeBase:
         mode: "dense" (cosine of embeddings), "bm25" (FTS5 BM25; needs no embedder) or "hybrid"
         (both fused on their scores with the place cosine, fusion.fused_scores). A query the embedder
         cannot read (Chinese with an English-only model) is embedded by the second embedder when the KB
-        has one (its cosines, no place cosine), else ranked by BM25 alone. Each hit's `score` is its
+        has one (its cosines and place cosines), else ranked by BM25 alone. Each hit's `score` is its
         mode's (`score_kind`: cosine, bm25 or fused) and `scores` holds every signal known for it.
         sources: document paths, names or glob patterns; document: one document id, path or name.
 
