@@ -276,9 +276,39 @@ def test_html_definition_list_entries_are_one_paragraph_each(tmp_path):
 def test_html_table_cells_are_words_apart(tmp_path):
     """Minified pages put cells side by side with nothing between them: "Small" and "5 kg" are two words."""
     path = tmp_path / "specs.html"
-    path.write_text("<main><h1>Specs</h1><table><tr><th>Model</th><th>Capacity</th></tr><tr><td>Small</td>"
-                    "<td>5 kg</td></tr></table></main>")
-    assert load_document(path).text.rstrip() == "Model Capacity\nSmall 5 kg"
+    path.write_text("<main><h1>Specs</h1><table><tr><td>Small</td><td>5 kg</td></tr></table></main>")
+    assert load_document(path).text.rstrip() == "Small 5 kg"
+
+
+def test_html_table_rows_carry_their_column_labels(tmp_path):
+    """Under a header row each row is one line, every non-empty cell after its column's label; a row that
+    does not have one cell a column, and a table without a header row (a layout table: an icon cell
+    beside a <th>), are written as they are."""
+    path = tmp_path / "specs.html"
+    path.write_text(
+        "<main><h1>Specs</h1><table><thead><tr><th>Model</th><th>Drum</th><th>Spin speed</th></tr></thead>"
+        "<tbody><tr><td>Small</td><td><p>5 kg.</p><p>Steel</p></td><td>1,200 rpm</td></tr>"
+        "<tr><td>Large</td><td></td><td>1,400 rpm</td></tr><tr><td colspan='3'>Both: A class</td></tr></tbody>"
+        "</table><table><tr><td><img alt='!'></td><th>Note</th></tr><tr><td>Unplug first.</td></tr></table></main>")
+    assert load_document(path).text.rstrip() == (
+        "Model: Small; Drum: 5 kg. Steel; Spin speed: 1,200 rpm\nModel: Large; Spin speed: 1,400 rpm\n"
+        "Both: A class\n\nNote\nUnplug first.")
+    requirements = load_document(REALDOCS.parent / "debian-install" / "en" / "ch03s04.html").text
+    assert ("Install Type: With Desktop; RAM (minimum): 1 gigabytes; RAM (recommended): 2 gigabytes; "
+            "Hard Drive: 10 gigabytes\n") in requirements
+    options = load_document(REALDOCS.parent / "mkdocs" / "cli.html").text
+    assert "Name: -q , --quiet; Type: boolean; Description: Silence warnings; Default: False\n" in options
+    assert "Name Type Description Default" not in options  # the header row is said with each row
+
+
+def test_markdown_pipe_table_rows_carry_their_column_labels(tmp_path):
+    path = tmp_path / "specs.md"
+    path.write_text("# Specs\n\n| Model | Drum | Spin \\| speed |\n|---|:--:|--:|\n| Small | 5 kg | 1,200 rpm |\n"
+                    "| Large |  | 1,400 rpm |\nAfter the table.\n\n```\n| a | b |\n|---|---|\n| 1 | 2 |\n```\n")
+    doc = load_document(path)
+    assert doc.text == ("# Specs\n\nModel: Small; Drum: 5 kg; Spin | speed: 1,200 rpm\nModel: Large; Spin | speed: "
+                        "1,400 rpm\nAfter the table.\n\n```\n| a | b |\n|---|---|\n| 1 | 2 |\n```\n")
+    assert sections(doc)[0][1].startswith("Model: Small;")
 
 
 def test_html_heading_ids_are_not_chrome_names(tmp_path):

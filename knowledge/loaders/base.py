@@ -38,6 +38,19 @@ def clean_heading(raw: str) -> str:
     return re.sub(r"^[¶§#🔗]\s*", "", text).strip()
 
 
+_CLAUSE_END = (".", ";", ":", "!", "?", "。", "；", "：", "！", "？")
+
+
+def label_cell(label: str, first: bool, before: str = "") -> str:
+    """What is written before a table cell's text in a row written with its column labels: "RAM
+    (minimum): " after a "; " from the cell before it (`before`: the text written so far, whose own
+    stop stands for the separator). A row's values read without their header row ("With Desktop 1
+    gigabytes 2 gigabytes 10 gigabytes") say nothing of which value is which, to a reader or to
+    search: a chunk may hold the row and not the header."""
+    separator = "" if first else " " if before.rstrip().endswith(_CLAUSE_END) else "; "
+    return separator + (f"{label}: " if label else "")
+
+
 @dataclass
 class Section:
     heading: tuple[str, ...]  # heading path, outermost first
@@ -49,7 +62,7 @@ class Section:
 @dataclass
 class ParsedDocument:
     kind: str  # markdown | text | html | faq | pdf
-    text: str  # the extracted text every chunk offset indexes into (== the file for .md / .txt)
+    text: str  # the extracted text every chunk offset indexes into (== the file for .txt)
     sections: list[Section] = field(default_factory=list)
     title: str | None = None
 

@@ -15,7 +15,9 @@ HTML the way browsers do); the content is then, in order:
    every entry is a link to a place on the same page (the page's own table of contents: man2html's
    "Index"), banners, and copyright lines; never the words of a heading, whatever element inside it carries a
    chrome-like class (Sphinx wraps heading text in `<a class="toc-backref">`), and never a heading or
-   section by its id when that id is the slug of its own heading (MkDocs' "Search", "nav").
+   section by its id when that id is the slug of its own heading (MkDocs' "Search", "nav");
+3. a table whose first row is a header row: each of its other rows is written as one line with every
+   cell after its column's label (`base.label_cell`), so a row read alone still says what its values are.
 
 General extractors were measured on Sphinx pages and small pages and not used: trafilatura keeps the
 chrome of a page that has no content and drops the headings of short pages; readability-lxml
@@ -24,13 +26,14 @@ drops the page's h1 and keeps copyright footers. Headings are what sections spli
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import lxml.html
 from lxml import etree
 
 from knowledge.errors import IngestError
-from knowledge.loaders.base import INVISIBLE, ParsedDocument, Section, clean_heading, read_text
+from knowledge.loaders.base import INVISIBLE, ParsedDocument, Section, clean_heading, label_cell, read_text
 
 _HIDDEN = {"script", "style", "noscript", "template", "head", "svg", "iframe", "object", "title", "button", "select"}
 _CHROME_TAGS = {"nav", "aside", "footer", "form", "dialog"}
@@ -138,6 +141,30 @@ def _in_heading(el: etree._Element) -> bool:
     return any(a.tag in _HEADINGS for a in el.iterancestors() if isinstance(a.tag, str))
 
 
+def _rows(table: etree._Element) -> list[etree._Element]:
+    """A table's own rows (not those of a table inside one of its cells), in order."""
+    return table.xpath("./tr|./thead/tr|./tbody/tr|./tfoot/tr")
+
+
+def _cells(row: etree._Element) -> list[etree._Element]:
+    return row.xpath("./th|./td")
+
+
+def _spans(cell: etree._Element) -> bool:
+    return any((cell.get(a) or "1").strip() not in ("", "1") for a in ("colspan", "rowspan"))
+
+
+def _column_labels(table: etree._Element) -> tuple[etree._Element, list[str]] | None:
+    """The header row and its labels, when the table's first row is one: two or more `<th>` cells, none
+    spanning. A layout table (DocBook's admonitions put an icon cell beside a `<th>`, its page headers a
+    spanning title) has none."""
+    rows = _rows(table)
+    cells = _cells(rows[0]) if rows else []
+    if len(cells) < 2 or any(c.tag != "th" or _spans(c) for c in cells):
+        return None
+    return rows[0], [" ".join(INVISIBLE.sub("", c.text_content()).split()) for c in cells]
+
+
 def _drop_chrome(region: etree._Element) -> None:
     for el in list(region.iter()):
         if el is region or el.getparent() is None or not _is_chrome(el):
@@ -148,6 +175,15 @@ def _drop_chrome(region: etree._Element) -> None:
         if _in_heading(el) and _WORD.search(clean_heading(el.text_content())):
             continue
         el.drop_tree()  # keeps the element's tail text (it belongs to the parent)
+
+
+@dataclass
+class _Row:
+    """A table row being written with its column labels: the labels and the next cell's place."""
+
+    labels: list[str]
+    next: int = 0
+    said: bool = False  # a cell of it is written
 
 
 class _TextWriter:
@@ -163,6 +199,10 @@ class _TextWriter:
         # chunk never starts at an entry's last paragraph ("Default: 31 days") and reads it as the next
         # term's; each term (dt) starts a paragraph
         self.describing = 0
+        # per open table: its header row and column labels (None: it has no header row); per open table
+        # or row: the labeled row being written (None: none)
+        self.tables: list[tuple[etree._Element, list[str]] | None] = []
+        self.rows: list[_Row | None] = []
 
     def _emit(self, s: str) -> None:
         if not s:
@@ -183,16 +223,24 @@ class _TextWriter:
         inside a definition's description)."""
         if self.describing:
             newlines = min(newlines, 1)
+        if self.rows and self.rows[-1] is not None:  # a labeled row is one line, whatever its cells hold
+            if self.out and not self.out[-1].endswith((" ", "\n")):
+                self._emit(" ")
+            return
         if not newlines or not self.length:
             return
-        if self.out[-1].endswith(" "):  # a line never ends in a space
-            stripped = self.out[-1].rstrip(" ")
-            self.length -= len(self.out[-1]) - len(stripped)
-            self.out[-1] = stripped
+        self._trim()  # a line never ends in a space
         tail = "".join(self.out[-3:])
         have = len(tail) - len(tail.rstrip("\n"))
         if have < newlines:
             self._emit("\n" * (newlines - have))
+
+    def _trim(self) -> None:
+        """Drop the spaces the text written so far ends in."""
+        if self.out and self.out[-1].endswith(" "):
+            stripped = self.out[-1].rstrip(" ")
+            self.length -= len(self.out[-1]) - len(stripped)
+            self.out[-1] = stripped
 
     def _close_section(self) -> None:
         # no letter or digit left (" / " between two dropped links) is no knowledge
@@ -212,12 +260,16 @@ class _TextWriter:
                 # breaks to the chunker, which splits there first
                 self._emit(_BLANK_LINES.sub("\n", INVISIBLE.sub("", _pre_text(el)).strip("\n")).rstrip())
                 self._break(2)
+            elif tag == "table":
+                self._table(el)
+            elif tag == "tr" and self.tables and self.tables[-1] is not None:
+                self._labeled_row(el, self.tables[-1])
             else:
                 # a term starts a paragraph; its description follows on the next line
                 self._break(2 if tag in _BLOCKS or tag == "dt" else 1 if tag in _LINE_BREAKS else 0)
                 self.describing += tag == "dd"
-                if tag in ("td", "th") and self.out and not self.out[-1].endswith((" ", "\n")):
-                    self._emit(" ")  # cells side by side are words apart, however the page is laid out
+                if tag in ("td", "th"):
+                    self._cell_start(el)
                 self._inline(el.text)
                 for child in el:
                     self.walk(child)
@@ -225,6 +277,49 @@ class _TextWriter:
                 self._break(2 if tag in _BLOCKS else 1 if tag in _LINE_BREAKS else 0)
         if tail:
             self._inline(el.tail)
+
+    def _table(self, el: etree._Element) -> None:
+        header = _column_labels(el)
+        self.tables.append(header)
+        self.rows.append(None)  # a cell of this table outside a labeled row: no label
+        self._break(2)
+        self._inline(el.text)
+        for child in el:
+            self.walk(child)
+        self.rows.pop()
+        self.tables.pop()
+        self._break(2)
+
+    def _labeled_row(self, row: etree._Element, header: tuple[etree._Element, list[str]]) -> None:
+        """A row of a table with a header row: its cells after their labels when it has one cell a
+        column, else as a plain row; the header row itself is said with every row, not on its own."""
+        if row is header[0]:
+            return
+        cells = _cells(row)
+        fits = len(cells) == len(header[1]) and not any(_spans(c) for c in cells)
+        self.rows.append(_Row(list(header[1])) if fits else None)
+        self._break(1)
+        self._inline(row.text)
+        for child in row:
+            self.walk(child)
+        self.rows.pop()
+        self._break(1)
+
+    def _cell_start(self, cell: etree._Element) -> None:
+        """Before a cell's text: in a labeled row its column's label (after a separator from the cell
+        before it), none for an empty cell; else a space, as cells side by side are words apart however
+        the page lays them out."""
+        row = self.rows[-1] if self.rows else None
+        if row is None:
+            if self.out and not self.out[-1].endswith((" ", "\n")):
+                self._emit(" ")
+            return
+        label = row.labels[row.next]
+        row.next += 1
+        if cell.text_content().strip():
+            self._trim()
+            self._emit(label_cell(label, first=not row.said, before="".join(self.out[-3:])))
+            row.said = True
 
     def _is_page_title(self, el: etree._Element) -> bool:
         """A block classed as a title, first in the content, before any heading and holding none; or a

@@ -1,11 +1,12 @@
-"""Markdown: ATX (#) and setext (===, ---) headings become the heading path of the text below them."""
+"""Markdown: ATX (#) and setext (===, ---) headings become the heading path of the text below them; a
+pipe table's rows are written with their column labels (`labeled_tables`)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from knowledge.loaders.base import ParsedDocument, Section, clean_heading, read_text
+from knowledge.loaders.base import ParsedDocument, Section, clean_heading, label_cell, read_text
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
@@ -14,6 +15,9 @@ _FRONT_MATTER = re.compile(r"\A---\n.*?\n(?:---|\.\.\.)\n", re.S)
 # inline markup that should not reach a heading path: links, images, emphasis, code spans
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _EMPHASIS = re.compile(r"(\*\*|__|\*|_|`)(.+?)\1")
+# a pipe table's delimiter row, under its header row: "| --- | :---: |", "---|---"
+_DELIMITER = re.compile(r"^ {0,3}\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$|^ {0,3}\|\s*:?-+:?\s*\|\s*$")
+_PIPE = re.compile(r"(?<!\\)\|")
 
 
 def clean_markdown_heading(raw: str) -> str:
@@ -21,6 +25,57 @@ def clean_markdown_heading(raw: str) -> str:
     for _ in range(2):  # nested emphasis such as ***x***
         text = _EMPHASIS.sub(r"\2", text)
     return clean_heading(text)
+
+
+def _cells(line: str) -> list[str]:
+    """A pipe table row's cells: split at unescaped pipes, the outer ones optional."""
+    row = line.strip()
+    row = row[1:] if row.startswith("|") else row
+    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
+    return [c.strip().replace("\\|", "|") for c in _PIPE.split(row)]
+
+
+def labeled_tables(text: str) -> str:
+    """The text with each pipe table (a header row, a delimiter row, then rows holding a pipe) written
+    as its rows alone, each cell after its column's label: "| With Desktop | 1 GB |" under "| Install
+    type | RAM |" becomes "Install type: With Desktop; RAM: 1 GB". Code blocks are left as written."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    fence: str | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.rstrip("\n")
+        fence_match = _FENCE.match(stripped)
+        if fence is not None or fence_match:
+            if fence is None:
+                fence = fence_match.group(1)
+            elif fence_match and fence_match.group(1)[0] == fence[0] and len(fence_match.group(1)) >= len(fence):
+                fence = None
+            out.append(line)
+            i += 1
+            continue
+        following = lines[i + 1].rstrip("\n") if i + 1 < len(lines) else ""
+        if "|" not in stripped or not _DELIMITER.match(following) or len(_cells(stripped)) != len(_cells(following)):
+            out.append(line)
+            i += 1
+            continue
+        labels = _cells(stripped)  # said with every row below it, not on a line of its own
+        i += 2
+        while i < len(lines) and "|" in lines[i] and lines[i].strip():
+            row = lines[i].rstrip("\n")
+            out.append(_labeled_row(labels, _cells(row)) + lines[i][len(row):])
+            i += 1
+    return "".join(out)
+
+
+def _labeled_row(labels: list[str], cells: list[str]) -> str:
+    said, first = "", True
+    for label, cell in zip(labels, cells):
+        if cell:
+            said += label_cell(label, first, said) + cell
+            first = False
+    return said
 
 
 def parse_markdown(text: str) -> list[Section]:
@@ -72,7 +127,7 @@ def parse_markdown(text: str) -> list[Section]:
 
 
 def load_markdown(path: Path, data: bytes | None = None) -> ParsedDocument:
-    text = read_text(path, data)
+    text = labeled_tables(read_text(path, data))
     sections = parse_markdown(text)
     # a document title only when one top heading spans the whole file ("# Driving" then "# Safety"
     # are two chapters, and neither names the document)
