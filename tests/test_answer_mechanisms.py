@@ -62,6 +62,35 @@ def test_what_a_thing_takes_is_the_least_the_users_amount_must_be(question, pass
     assert _reply(question, passage) == reply
 
 
+REQUIREMENTS = ("Install Type: No desktop; RAM (minimum): 256 megabytes; RAM (recommended): 512 megabytes; "
+                "Hard Drive: 4 gigabytes\nInstall Type: With Desktop; RAM (minimum): 1 gigabytes; RAM (recommended): "
+                "2 gigabytes; Hard Drive: 10 gigabytes")
+TYRES_ZH = "正常载荷时，前轮 240 kPa（35 psi），后轮 260 kPa（38 psi）。请在冷胎状态下检查。"
+FAST_ZH = "直流充电功率最高 150 千瓦。在 150 千瓦或以上的充电桩上，充到百分之八十大约需要 30 分钟。"
+
+
+@pytest.mark.parametrize("question, passage, reply", [
+    # a question asking whether the amount is enough makes the one value it names the amount to reach:
+    # a table row's value by its column's label, a list's by what it is said of (240 kPa is 35 psi)
+    ("I've got 4 GB of RAM and want a desktop. Is that at least what the guide recommends?", REQUIREMENTS, "yes"),
+    ("I have 1 GB of RAM. Is that enough for the recommended RAM with a desktop?", REQUIREMENTS, "no"),
+    ("前轮我只打了 33 psi，这气压够不够？", TYRES_ZH, "no"),  # A-not-A: a yes-or-no question
+    ("前轮打到 250 kPa 够不够？", TYRES_ZH, "yes"),
+    # the user's amount said twice is one amount; a fast charger (超充桩) is no "more than" (超过)
+    ("找了个 350 千瓦的超充桩，这车能按 350 千瓦充吗？", FAST_ZH, "no"),
+])
+def test_a_question_asking_if_the_amount_is_enough_is_held_against_the_value_it_names(question, passage, reply):
+    assert _reply(question, passage) == reply
+
+
+@pytest.mark.parametrize("question, passage", [
+    ("Is 4 GB enough?", REQUIREMENTS),  # names none of the row's values more than the others
+    ("Is 40 psi too much?", TYRES_ZH),  # "too much" asks the other way round
+])
+def test_an_amount_asked_as_enough_against_no_one_value_is_not_judged(question, passage):
+    assert judge_limit(question, [passage]) is None
+
+
 @pytest.mark.parametrize("question, passage", [
     ("My daughter is 140 cm and wants to sit without her booster. Is she allowed to?", BOOSTER),  # negated
     ("My son is 160 cm. Is he allowed in the front?", BOOSTER),  # "under 150 cm" is a condition, not a limit

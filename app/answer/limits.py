@@ -25,7 +25,7 @@ from app.answer.pairing import said_of
 from app.answer.question import ASKS as _ASKS
 from app.answer.question import asks_yes_no, on_topic, parts, unit_of
 from app.answer.relevance import terms
-from app.answer.sentences import split_sentences
+from app.answer.sentences import clauses, split_sentences
 
 # units of one kind and their size in the kind's base unit
 _KINDS: dict[str, dict[str, float]] = {
@@ -52,6 +52,8 @@ _DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(kb|kib|kilobytes?)|(mb|mib|
 _DATA_UNITS = ("kb", "mb", "gb", "tb", "mhz", "ghz")
 MAX_VALUES = 4  # passage values compared: the question's sentence-mates first
 MIN_BARE = 10  # a bare number this large in a question is an amount (_asked)
+# two values closer than this share are one amount in two units: 35 psi is 241 kPa, written "240 kPa (35 psi)"
+SAME_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,18 @@ def _asked(question: str, ranked: Ranked) -> list[Quantity]:
     # only when it is larger ("doing 60", "开到一百六")
     if bare and len(bare) == len(asked) == 1 and ranked and bare[0].value >= MIN_BARE:
         return [Quantity(bare[0].value, ranked[0][1][0].unit, bare[0].text)]
-    return [q for q in asked if q.kind]
+    return _distinct([q for q in asked if q.kind])
+
+
+def _distinct(values: list[Quantity]) -> list[Quantity]:
+    """One of each amount: the user's "350 kW" said twice, or "240 kPa (35 psi)", is one amount (within
+    SAME_SHARE of each other, in the kind's base unit)."""
+    out: list[Quantity] = []
+    for v in values:
+        if not any(w.kind == v.kind and abs(w.base() - v.base()) <= SAME_SHARE * max(w.base(), v.base())
+                   for w in out):
+            out.append(v)
+    return out
 
 
 def _of_kind(ranked: Ranked, kind: str) -> Ranked:
@@ -175,10 +188,11 @@ def bound_sentence(question: str, passages: list[str]) -> str:
 # asking whether the user's amount is allowed, possible or enough: a yes says it is within the bound
 _WITHIN = re.compile(r"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+"
                      r"(?:ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal)|will|would|does|do|is|are)\b"
-                     r"|可以|能不能|能|够不够|够吗|行不行|行吗", re.I)
-# "is 2,000 kg too much?", "is it over the limit?": a yes says the amount is beyond the bound
-_BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b|太|超|低于|高于",
-                     re.I)
+                     r"|可以|能不能|能|够|行不行|行吗", re.I)
+# "is 2,000 kg too much?", "is it over the limit?": a yes says the amount is beyond the bound ("超充桩", a
+# fast charger, is no "超过")
+_BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b"
+                     r"|太|超过|超出|低于|高于", re.I)
 # "is she allowed to sit without her booster at 140 cm?": a negated question turns the reply round
 _NEGATED = re.compile(r"\b(?:without|not|never|no)\b|n't\b|不|没|无", re.I)
 _A_NOT_A = re.compile(r"(.)不\1")  # 能不能, 可不可以, 是不是: a question, not a negation
@@ -240,6 +254,8 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     decided = [(sentence, passage, *_verdict(q, sentence, values, terms(without_facts(question))))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
     decided = [d for d in decided if d[2]]
+    if not decided and _ENOUGH.search(without_facts(question)):
+        decided = _framed(q, _of_kind(ranked, q.kind), terms(without_facts(question)))
     if not decided or decided[0][2] == "unclear":
         return None
     sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
@@ -253,6 +269,41 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     if any(other != passage and values != bound for _, other, _, values in decided[1:]):
         return None
     return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
+
+
+# asking whether the user's amount reaches what is needed or advised: "is 4 GB enough?", "is that at least
+# what the guide recommends?", "这气压够不够？", "够得上推荐的要求吗？"; the question makes the value a
+# passage states plainly ("RAM (recommended): 2 gigabytes", "前轮 240 kPa") the amount to reach
+_ENOUGH = re.compile(r"\b(?:enough|sufficient|at\s+least|meets?|reach(?:es)?)\b|够|达到|满足", re.I)
+
+
+def _framed(q: Quantity, stating: Ranked, wanted: set[str]) -> list[tuple[str, int, str, frozenset]]:
+    """The reply to a question asking whether `q` is enough, from the sentence most about the question
+    that states a value of its kind: yes when `q` reaches the one value the question names (`_named`),
+    none when it names several."""
+    for sentence, values, passage in stating[:1]:
+        named = _distinct(_named(sentence, values, wanted))
+        if len(named) == 1:
+            return [(sentence, passage, "yes" if q.base() >= named[0].base() else "no",
+                     frozenset({named[0].base()}))]
+    return []
+
+
+def _named(sentence: str, values: list[Quantity], wanted: set[str]) -> list[Quantity]:
+    """The values of a sentence the question names most: those whose own words share the most terms with
+    the question (`wanted`); every value when none shares one. A value's own words are what a list says
+    it is of ("front 240 kPa, rear 260 kPa": pairing.said_of), else its clause's (a table row's "RAM
+    (recommended): 2 gigabytes; Hard Drive: 10 gigabytes")."""
+    told, parts_ = said_of(sentence), clauses(sentence)
+
+    def words(v: Quantity) -> set[str]:
+        if _key(v) in told:
+            return told[_key(v)]
+        clause = next((c for c in parts_ if normalize(v.text) in normalize(c)), sentence)
+        return terms(without_facts(clause))
+
+    shared = [len(words(v) & wanted) for v in values]
+    return [v for v, n in zip(values, shared) if n == max(shared)] if values else []
 
 
 def _says_too(negation: re.Match, sentence: str) -> bool:

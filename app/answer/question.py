@@ -49,8 +49,9 @@ _AND_ASKS = re.compile(rf",?\s+(?:and|or|oh and|also)\s+(?=(?:{_WH})\b)", re.I)
 ASKS = re.compile(rf"[?？]|\b(?:{_WH})\b|吗|呢|多少|多久|几|什么|怎么|哪", re.I)
 
 
-_YES_NO = re.compile(r"^\W*(?:does|do|did|is|are|was|were|can|could|will|would|should|has|have|may|must)\b|吗\W*$",
-                     re.I)
+# English inversion, a Chinese question ending in 吗, or Chinese "A-not-A" (够不够, 能不能, 有没有)
+_YES_NO = re.compile(r"^\W*(?:does|do|did|is|are|was|were|can|could|will|would|should|has|have|may|must)\b|吗\W*$"
+                     r"|([\u4e00-\u9fff])[不没]\1", re.I)
 
 
 def asks_yes_no(question: str) -> bool:
