@@ -492,3 +492,45 @@ def test_a_name_misquoted_in_one_part_is_repaired_into_the_passages_sentence():
     text, grounding = _generate(_Says("Use a logging.handlers.MailHandler to send an email when errors are logged."),
                                 "How do I get an email when my app logs an error?", ERRORS)
     assert text == ERRORS.split(". ")[0] + "." and "own words" in grounding.reason, text
+
+
+MANUAL_EN = ("# Coffee machine\n\n## Descaling\n\nDescale the machine every 3 months, or every month with hard "
+             "water.\n\n## Water tank\n\nThe water tank holds 1.8 litres. Fill it with fresh cold water only.\n")
+ENGLISH = {"咖啡机多久除一次垢？": "How often should I descale the coffee machine?",
+           "咖啡机的蒸汽棒怎么清洗？": "How do I clean the steam wand of the coffee machine?"}
+
+
+def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checked_in_english(
+        smollm_build, minilm_build, tmp_path, monkeypatch):
+    """Chinese asked of an English manual (no second embedder): searched in the model's English translation
+    (a fixed one here), answered in Chinese from the English passage it finds, told to answer in Chinese;
+    a value the passage states passes in Chinese, one it does not state fails; a question about what the
+    KB never names is refused before the model runs."""
+    from app.answer import plan as planning
+    from app.answer.pipeline import GroundedGeneration
+    from app.answer.types import AnswerRequest
+    from app.engine import Engine
+    from app.settings import Settings
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+    from runtime.sampling import SamplingParams
+
+    (tmp_path / "manual.md").write_text(MANUAL_EN)
+    with KnowledgeBase.open(tmp_path / "kb", Embedder(minilm_build)) as kb:
+        kb.ingest([tmp_path / "manual.md"], progress=False)
+    monkeypatch.setattr(planning, "to_english", lambda llm, text: ENGLISH[text])
+    engine = Engine.load(Settings(llm=smollm_build, embedder=minilm_build, kb=tmp_path / "kb"))
+    plan = engine.plan(AnswerRequest.ask("咖啡机多久除一次垢？"))
+    assert plan.translation == ENGLISH["咖啡机多久除一次垢？"] and plan.refusal is None
+    assert plan.passages[0].title == "Descaling" and "translation_ms" in plan.timings
+    assert "请用中文回答" in engine.llm.tokenizer.decode(plan.prompt_ids) and not plan.extractive
+
+    def answered(answer: str):
+        gen = GroundedGeneration(_Says(answer), plan, SamplingParams())
+        return "".join(gen), gen.result.grounding.decision
+
+    descale = "每 3 个月除一次垢，水质硬的话每个月一次。"
+    assert answered(descale) == (descale, "answered")
+    assert answered("每 6 个月除一次垢。")[1] == "refused"
+    steam = engine.plan(AnswerRequest.ask("咖啡机的蒸汽棒怎么清洗？"))
+    assert steam.refusal and "never mentions" in steam.refusal, steam.refusal

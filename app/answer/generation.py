@@ -127,7 +127,8 @@ class GroundedGeneration:
                          refusal_probability=doubt,
                          passages=[p.index for p in self.plan.passages],
                          supported=[f.text for ch in checks for f in ch.facts],
-                         unsupported=unsupported)
+                         unsupported=unsupported,
+                         translation=self.plan.translation or None)
 
     # ---- the decision
     def _run(self):
@@ -139,7 +140,8 @@ class GroundedGeneration:
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
         verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
                             plan.missing_topic, plan.unnamed, [f"{p.title}\n{p.body}" for p in plan.passages],
-                            expected_reply=plan.limit.reply if plan.limit else None, known_name=plan.known_name)
+                            expected_reply=plan.limit.reply if plan.limit else None, known_name=plan.known_name,
+                            across=bool(plan.translation))
         if plan.direct:
             for sentence in split_sentences(plan.direct):
                 yield from self._emit(sentence)

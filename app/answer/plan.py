@@ -26,6 +26,7 @@ from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, 
                                  meant, on_topic, parts, topic)
 from app.answer.relevance import Confidence, content_words, coverage, terms
 from app.answer.sentences import join_sentences, split_sentences, strip_markdown
+from app.answer.translation import to_english
 from app.answer.types import AnswerRequest, Citation
 from app.voice import VOICE_MAX_TOKENS
 from knowledge.prompts import answer_instructions, voice_instructions, with_system
@@ -36,6 +37,7 @@ from runtime.llm import LLM
 
 DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no information about that.",
              "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
+ANSWER_IN = {"en": "Answer in English.", "zh": "请用中文回答。"}
 DONT_KNOW_VOICE = {"en": "Sorry, I don't have any information about that.", "zh": "抱歉，我没有这方面的信息。"}
 CANDIDATES = 8  # hits re-ranked before the passages are chosen
 _FEW = 8  # lexical hits looked at: the places of a word (_quotable), where a compound is written
@@ -81,6 +83,7 @@ class AnswerPlan:
     bound_quote: str = ""
     known_name: Callable[[str], bool] = lambda name: False  # whether the KB writes a name anywhere
     rarest: set[str] = field(default_factory=set)  # what the question is most specifically about (_rarest)
+    translation: str = ""  # the question in English, searched and compared with the passages in its place
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -113,6 +116,30 @@ class AnswerPlan:
         one_entry = read and len(self.passages) == 1 and asks_yes_no(self.question)
         return self.limit_answer or self.part_quote or (self.extractive if one_entry else "") or (
             self.bound_quote if read else "")
+
+
+@dataclass
+class _Found:
+    chosen: list  # the hits an answer may use (passages.select)
+    reader: object  # the embedder whose cosines ranked them (None: words alone)
+    confidence: Confidence | None
+
+
+def _retrieved(kb, query: str, question: str, opts, k: int, default_min_score: float | None,
+               ignore: set[str]) -> _Found:
+    """The hits for a query, those an answer may use and the confidence of the best."""
+    hits = kb.search(query, k=max(CANDIDATES, k), mode=opts.mode,
+                     min_score=opts.min_score if opts.min_score is not None else default_min_score,
+                     sources=opts.sources)
+    # the embedder whose cosines ranked the hits: the KB's own (the thresholds' scale), a second one
+    # (Chinese with an English first: the KB's order is kept, gates stay on BM25), or none
+    reader = kb.read_by(query) if hits and kb.embedder is not None else None
+    readable = reader is not None and reader is kb.embedder
+    by_kb = reader is not None and not readable
+    chosen = select(hits, readable, limit=min(k, CANDIDATES),
+                    states_wanted=_states_phone if asks_phone(question) else None, ranked_by_kb=by_kb)
+    best = confidence(query, chosen[0], readable, ignore, chosen[1:] if by_kb else []) if chosen else None
+    return _Found(chosen, reader, best)
 
 
 def retrieval_query(messages: list[dict]) -> str:
@@ -214,22 +241,27 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     opts = req.retrieval
     k = opts.k or default_k
     query = retrieval_query(messages)
-    hits = kb.search(query, k=max(CANDIDATES, k), mode=opts.mode,
-                     min_score=opts.min_score if opts.min_score is not None else default_min_score,
-                     sources=opts.sources)
-    # the embedder whose cosines ranked the hits: the KB's own (the thresholds' scale), a second one
-    # (Chinese with an English first: the KB's order is kept, gates stay on BM25), or none
-    reader = kb.read_by(query) if hits and kb.embedder is not None else None
-    readable = reader is not None and reader is kb.embedder
-    by_kb = reader is not None and not readable
-    chosen = select(hits, readable, limit=min(k, CANDIDATES),
-                    states_wanted=_states_phone if asks_phone(question) else None, ranked_by_kb=by_kb)
+    ignore = terms(" ".join(profile.stop_words))  # words every question of this KB may use
+    found = _retrieved(kb, query, question, opts, k, default_min_score, ignore)
+    # a question the first embedder cannot read that the KB does not answer in its own language (no second
+    # embedder reads it, its best passage is in another language, or retrieval would refuse it) is
+    # searched again in English (translation.py): its words are then the translation's
+    if (found.reader is not kb.embedder and kb.embedder is not None
+            and (found.reader is None or not found.chosen or language(found.chosen[0].text) != plan.lang
+                 or not confident(found.confidence, profile) or _lacks_topic(kb, question, found.chosen, ignore))):
+        translating = time.perf_counter()
+        english = to_english(llm, query)
+        plan.timings["translation_ms"] = round((time.perf_counter() - translating) * 1000, 1)
+        if english and kb.read_by(english) is kb.embedder:
+            plan.translation = english
+            found = _retrieved(kb, english, english, opts, k, default_min_score, ignore)
+    words = plan.translation or question  # the question as the passages' words are compared with it
+    chosen, reader = found.chosen, found.reader
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
     if not chosen:
         plan.refusal = "no passage passed the relevance threshold"
         return done()
-    ignore = terms(" ".join(profile.stop_words))  # words every question of this KB may use
-    plan.confidence = confidence(query, chosen[0], readable, ignore, chosen[1:] if by_kb else [])
+    plan.confidence = found.confidence
     plan.known_name = partial(_written_in_kb, kb)
     if not confident(plan.confidence, profile):
         plan.refusal = f"retrieval confidence {plan.confidence.value:.3f} is below the answerability threshold"
@@ -238,26 +270,31 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     room = min(max_tokens, llm.context // 4)  # the answer's share of the context
     told = answer_instructions(profile, req.voice)
     budget = llm.context - len(base_ids) - room - _MARGIN - len(llm.encode(told[0]))
-    asked = parts(question)
-    plan.passages = _fit(llm, kb, query, asked, chosen, budget)
+    asked = parts(words)
+    plan.passages = _fit(llm, kb, plan.translation or query, asked, chosen, budget)
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
-    words = content_words(question)
-    topic = _topic_words(question, ignore)
+    content = content_words(words)
+    topic = _topic_words(words, ignore)
     places = _places(kb, topic)
-    unknown = (_unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, question)
-               | _unknown_names(kb, question))
+    unknown = (_unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, words)
+               | _unknown_names(kb, words))
     # the words the KB lacks are the question's topic when they are a third of its words or more
     # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     plan.unnamed = set(unknown)
     plan.rarest = _rarest(places)
-    if len(unknown) * 3 >= len(words):
+    if len(unknown) * 3 >= len(content):
         plan.missing_topic = set(unknown)
+        if plan.translation:  # an answer in another language than the passages' cannot be checked for them
+            plan.refusal = (f"the knowledge base never mentions {', '.join(sorted(unknown.values()))}, which the "
+                            "question asks about")
+            return done()
     # a quote speaks the KB's own words with its authority: none when the question names anything the
     # KB never does (a roof box is not the tow ball's load); the model may still answer around it
     similarity = _similarity(reader) if reader is not None else None
-    if not unknown and _answer_sized(kb, plan.passages[0]):
+    # (and none in another language than the question's: a translated question is answered in its own)
+    if not unknown and not plan.translation and _answer_sized(kb, plan.passages[0]):
         best = plan.passages[0]
         quote = extract_answer(question, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
@@ -265,7 +302,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         if (on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote)
                 and _quotable(plan.rarest, question, plan.passages)):
             plan.extractive = quote
-    if len(asked) > 1:
+    if len(asked) > 1 and not plan.translation:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
         kinds = [part for part in asked if not answers_kind(part, "")]
         said = [s for part, s in plan.supplement if part in kinds]
@@ -276,15 +313,28 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     if asks_yes_no_somewhere(question):
         bodies = [p.body for p in plan.passages]
         plan.note, plan.limit = comparison_note(question, bodies, plan.lang), judge_limit(question, bodies)
-        plan.bound_quote = bound_sentence(question, bodies)
-        if plan.limit and plan.limit.alone:  # "can I tow 1,800 kg?": the bound's reply and sentence, as they are
+        plan.bound_quote = "" if plan.translation else bound_sentence(question, bodies)
+        # "can I tow 1,800 kg?": the bound's reply and sentence, as they are (the model says them in the
+        # question's language when the passages are in another)
+        if plan.limit and plan.limit.alone and not plan.translation:
             plan.direct = plan.limit_answer
+    if plan.translation:  # passages in another language pull a small model's answer into it
+        plan.note = " ".join(filter(None, [plan.note, ANSWER_IN[plan.lang]]))
     built = passage_prompt(llm, with_system(messages, told), plan.passages, plan.note)
     plan.prompt_ids, plan.passage_spans, plan.kv_prefix = built.ids, built.spans, built.prefix
     if len(plan.prompt_ids) >= llm.context:
         raise ContextOverflowError(len(plan.prompt_ids), llm.context)
     plan.max_tokens = min(max_tokens, llm.context - len(plan.prompt_ids))
     return done()
+
+
+def _lacks_topic(kb, question: str, hits, ignore: set[str]) -> bool:
+    """Whether the KB never writes a third or more of the question's words, as `plan_answer` decides the
+    question's topic is missing: in a KB of two languages, a question whose topic is written only in the
+    other (its words are not, and a second embedder ranks passages of the question's language first)."""
+    topic = _topic_words(question, ignore)
+    unknown = _unknown_words(topic, _places(kb, topic), [Passage.of(i + 1, h) for i, h in enumerate(hits)])
+    return len(unknown) * 3 >= len(content_words(question))
 
 
 def _supplement(question: str, asked: list[str], passages: list[Passage], similarity) -> list[tuple[str, str]]:

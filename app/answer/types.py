@@ -61,3 +61,5 @@ class Grounding(BaseModel):
     passages: list[int] = Field(default_factory=list)  # citation indexes the answer could draw on
     supported: list[str] = Field(default_factory=list)  # hard facts stated, each found in the passages
     unsupported: list[str] = Field(default_factory=list)  # facts the model stated without support (not sent)
+    # the question in English, searched in its place: a language the KB's embedder cannot read (translation.py)
+    translation: str | None = None

@@ -108,18 +108,23 @@ class _Source:
 class Verifier:
     def __init__(self, passages: list[str], question: str = "", unknown: set[str] = frozenset(),
                  unnamed: set[str] = frozenset(), documents: list[str] = (), expected_reply: str | None = None,
-                 known_name: Callable[[str], bool] = lambda name: False):
+                 known_name: Callable[[str], bool] = lambda name: False, across: bool = False):
         """`unknown`: terms of the question the knowledge base never uses ("sunroof" in a KB without
         one) that are its topic; an answer that uses them anyway is the model bending a passage to
         the question. `unnamed`: every such term, the topic or not; a number said about one has no
         source ("the roof takes 75 kg" from the tow ball's 75 kg). `documents`: each passage whole
         (title and body), which a phone number's owner is read from. `expected_reply`: "yes" or "no" when
         the passages' bound decides a question about the user's own amount (limits.judge_limit).
-        `known_name(name)`: whether the knowledge base writes a capitalised name anywhere."""
+        `known_name(name)`: whether the knowledge base writes a capitalised name anywhere. `across`: the
+        answer is in another language than the passages (a translated question, plan.py), so what a
+        sentence's words share with them measures nothing: a sentence must state a value of theirs (on
+        its side of a bound; not beside the same words: _in_context, _from_another_topic and places are
+        not checked), which stands for its reply and its negations, and one that states none is left out."""
         self.index = FactIndex.of([*passages, question])
         # where an identifier may come from: the passages, or the question that names it
         self.written = "\n".join([*passages, question])
         self.known_name = known_name
+        self.across = across
         # a control or menu item must exist in the passages: the driver naming one does not make it real
         self.names = FactIndex.of(passages)
         self.missing = set(unknown)
@@ -175,7 +180,7 @@ class Verifier:
         said = terms(sentence)
         own = _own_terms(sentence) - {"answe"}
         off_topic = sorted(m for m in self.missing if _mentions(sentence, said, m))
-        unsupported = [f for f in facts if not self._supported(f) or not self._in_context(f, own)]
+        unsupported = [f for f in facts if not self._supported(f) or not (self.across or self._in_context(f, own))]
         unsupported += [f for f in self._misattributed(facts, own) if f not in unsupported]
         unsupported += [f for f in facts if f not in unsupported and self._only_when_ruled_out(f)]
         unsupported += [f for f in self._said_of_another_variant(facts) if f not in unsupported]
@@ -184,7 +189,7 @@ class Verifier:
         unsupported += [f for f in facts if f not in unsupported and self._bound_reversed(f, sides, sentence)]
         unsupported += [f for f in facts if f not in unsupported
                         and self._paired_with_another(f, pairs[f.key] if f.key in pairs else self._said_of(said))]
-        unsupported += [f for f in facts if f not in unsupported and
+        unsupported += [f for f in facts if f not in unsupported and not self.across and
                         (self._someone_elses_number(f) or self._from_another_topic(f))]
         if self.amount_only and not any(f.kind in AMOUNT_KINDS for f in facts):
             unsupported += [f for f in facts if f.kind == "phone" and f not in unsupported]
@@ -197,12 +202,18 @@ class Verifier:
                         and not (f.kind == "proper" and self.known_name(f.text))]
         stated = places(sentence)
         about = own - set().union(*(p.key for p in stated))
-        unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated if not self._placed(p, about)]
+        unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated
+                        if not self.across and not self._placed(p, about)]
         refusal = bool(_REFUSAL.search(sentence))
         reply = _REPLY.match(sentence)
         rest = sentence[reply.end():] if reply else sentence
+        # in another language than the passages a sentence is checked by what it states of theirs alone:
+        # one of their values must be in it, which then bears its reply and its negations too
+        vouched = self.across and any(f not in unsupported and f.key not in self.users_numbers for f in facts)
+        if self.across and not vouched and not refusal:
+            unsupported.append(Fact("unchecked", "", sentence.strip()))
         denial = NEGATION.search(rest)
-        denied = bool(denial) and self._denied_by_a_source(own, _denied(rest))
+        denied = bool(denial) and (vouched or self._denied_by_a_source(own, _denied(rest)))
         if denial and not refusal and not denied:
             unsupported.append(Fact("negation", "not", denial.group(0)))
         answered = (reply.group("en") or reply.group("zh")).lower() if reply else ""
@@ -214,7 +225,7 @@ class Verifier:
         if self.expected_reply is not None and reply:  # the passages' limit decides the reply
             if self._reply_against_the_limit(answered):
                 unsupported.append(Fact("reply", answered, sentence.strip()))
-        elif reply and ((theirs and not stated and not said_no and not self._adds(rest))
+        elif reply and not vouched and ((theirs and not stated and not said_no and not self._adds(rest))
                         or (said_yes and not self._affirmed(rest))
                         # "No, it expires after 30 days" when no passage gives a time at all: the reply
                         # can only rest on the user's number
