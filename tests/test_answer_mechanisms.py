@@ -75,7 +75,7 @@ FAST_ZH = "直流充电功率最高 150 千瓦。在 150 千瓦或以上的充�
     ("I've got 4 GB of RAM and want a desktop. Is that at least what the guide recommends?", REQUIREMENTS, "yes"),
     ("I have 1 GB of RAM. Is that enough for the recommended RAM with a desktop?", REQUIREMENTS, "no"),
     ("前轮我只打了 33 psi，这气压够不够？", TYRES_ZH, "no"),  # A-not-A: a yes-or-no question
-    ("前轮打到 250 kPa 够不够？", TYRES_ZH, "yes"),
+    ("前轮打到了 250 kPa，够不够？", TYRES_ZH, "yes"),
     # the user's amount said twice is one amount; a fast charger (超充桩) is no "more than" (超过)
     ("找了个 350 千瓦的超充桩，这车能按 350 千瓦充吗？", FAST_ZH, "no"),
 ])
@@ -86,6 +86,9 @@ def test_a_question_asking_if_the_amount_is_enough_is_held_against_the_value_it_
 @pytest.mark.parametrize("question, passage", [
     ("Is 4 GB enough?", REQUIREMENTS),  # names none of the row's values more than the others
     ("Is 40 psi too much?", TYRES_ZH),  # "too much" asks the other way round
+    # the amount in the asking clause is what the user needs: "is it enough for 300 km?"
+    ("I need 5 GB of RAM for my apps. Is the recommended RAM enough for 5 GB?", REQUIREMENTS),
+    ("前轮的气压够 300 kPa 吗？", TYRES_ZH),
 ])
 def test_an_amount_asked_as_enough_against_no_one_value_is_not_judged(question, passage):
     assert judge_limit(question, [passage]) is None

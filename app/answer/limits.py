@@ -254,7 +254,7 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     decided = [(sentence, passage, *_verdict(q, sentence, values, terms(without_facts(question))))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
     decided = [d for d in decided if d[2]]
-    if not decided and _ENOUGH.search(without_facts(question)):
+    if not decided and _asks_if_enough(question, q):
         decided = _framed(q, _of_kind(ranked, q.kind), terms(without_facts(question)))
     if not decided or decided[0][2] == "unclear":
         return None
@@ -271,10 +271,19 @@ def judge_limit(question: str, passages: list[str]) -> Limit | None:
     return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
 
 
-# asking whether the user's amount reaches what is needed or advised: "is 4 GB enough?", "is that at least
-# what the guide recommends?", "这气压够不够？", "够得上推荐的要求吗？"; the question makes the value a
-# passage states plainly ("RAM (recommended): 2 gigabytes", "前轮 240 kPa") the amount to reach
-_ENOUGH = re.compile(r"\b(?:enough|sufficient|at\s+least|meets?|reach(?:es)?)\b|够|达到|满足", re.I)
+# asking whether the user's amount is what is needed or advised: "I have 4 GB. Is that at least what the
+# guide recommends?", "我只打了 33 psi，这气压够不够？"; the question makes the value a passage states
+# plainly ("RAM (recommended): 2 gigabytes", "前轮 240 kPa") the amount to reach
+_ENOUGH = re.compile(r"\b(?:enough|sufficient|at\s+least)\b|够|满足", re.I)
+_CLAUSE_BREAK = re.compile(r"[,;.!?，；。！？]")
+
+
+def _asks_if_enough(question: str, q: Quantity) -> bool:
+    """Whether the question asks if the user's amount `q`, said in a clause of its own, is enough. Said in
+    the asking clause, the amount is what the user needs, and the passage's value what they have: "is
+    the charge enough for 300 km?", "电量够开到 300 公里吗？" ask the other way round."""
+    asking = [c for c in _CLAUSE_BREAK.split(normalize(question)) if _ENOUGH.search(without_facts(c))]
+    return bool(asking) and not any(normalize(q.text) in c for c in asking)
 
 
 def _framed(q: Quantity, stating: Ranked, wanted: set[str]) -> list[tuple[str, int, str, frozenset]]:
