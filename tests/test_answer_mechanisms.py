@@ -65,6 +65,8 @@ def test_what_a_thing_takes_is_the_least_the_users_amount_must_be(question, pass
 REQUIREMENTS = ("Install Type: No desktop; RAM (minimum): 256 megabytes; RAM (recommended): 512 megabytes; "
                 "Hard Drive: 4 gigabytes\nInstall Type: With Desktop; RAM (minimum): 1 gigabytes; RAM (recommended): "
                 "2 gigabytes; Hard Drive: 10 gigabytes")
+TYRES = ("Under normal load, inflate the front tyres to 240 kPa (35 psi) and the rear tyres to 260 kPa (38 psi). "
+         "With a full load of five people and luggage, use 260 kPa (38 psi) front and 290 kPa (42 psi) rear.")
 TYRES_ZH = "正常载荷时，前轮 240 kPa（35 psi），后轮 260 kPa（38 psi）。请在冷胎状态下检查。"
 FAST_ZH = "直流充电功率最高 150 千瓦。在 150 千瓦或以上的充电桩上，充到百分之八十大约需要 30 分钟。"
 
@@ -78,6 +80,9 @@ FAST_ZH = "直流充电功率最高 150 千瓦。在 150 千瓦或以上的充�
     ("前轮打到了 250 kPa，够不够？", TYRES_ZH, "yes"),
     # the user's amount said twice is one amount; a fast charger (超充桩) is no "more than" (超过)
     ("找了个 350 千瓦的超充桩，这车能按 350 千瓦充吗？", FAST_ZH, "no"),
+    # an instruction's "use 260 kPa" is the value to set for its case, not a minimum for every case
+    ("I only put 33 psi in the front tyres. Is that enough?", TYRES, "no"),
+    ("I put 36 psi in the front tyres. Is that enough?", TYRES, "yes"),
 ])
 def test_a_question_asking_if_the_amount_is_enough_is_held_against_the_value_it_names(question, passage, reply):
     assert _reply(question, passage) == reply
@@ -537,3 +542,12 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     assert answered("每 6 个月除一次垢。")[1] == "refused"
     steam = engine.plan(AnswerRequest.ask("咖啡机的蒸汽棒怎么清洗？"))
     assert steam.refusal and "never mentions" in steam.refusal, steam.refusal
+
+
+def test_a_translated_question_ranks_the_passages_sentences_by_its_english_words():
+    """The amount is the question's own; which sentence bounds it is read by the translation's words."""
+    full_first = " ".join(reversed(TYRES.split(". ")))
+    question, english = "前轮我只打了 33 psi，这气压够不够？", "Is the air pressure in my front tyres enough?"
+    limit = judge_limit(question, [full_first], about=english)
+    assert limit.reply == "no" and limit.bound.startswith("Under normal load"), limit
+    assert judge_limit(question, [full_first]) is None  # without it no word names one of the values

@@ -156,11 +156,11 @@ def _of_kind(ranked: Ranked, kind: str) -> Ranked:
             if any(v.kind == kind for v in values)]
 
 
-def comparison_note(question: str, passages: list[str], lang: str) -> str:
+def comparison_note(question: str, passages: list[str], lang: str, about: str = "") -> str:
     """The note shown beside the question: each of its quantities against the passages' values of the
     same kind, from the sentences most about the question first; "" when the question states no
     quantity or the passages none of its kind."""
-    ranked = _ranked(question, passages)
+    ranked = _ranked(about or question, passages)
     notes = []
     for q in _asked(question, ranked):
         values: list[Quantity] = []
@@ -172,13 +172,13 @@ def comparison_note(question: str, passages: list[str], lang: str) -> str:
     return " ".join(notes)
 
 
-def bound_sentence(question: str, passages: list[str]) -> str:
+def bound_sentence(question: str, passages: list[str], about: str = "") -> str:
     """The passages' sentence most about the question that states a value of the kind of the question's
     one amount, as written: what a yes-or-no question about the user's amount is told when nothing
     decides the reply ("My daughter is 140 cm, may she sit without her booster?": "Children under
     150 cm must travel in a booster seat."). "" when the question states no one amount, or no sentence
     sharing a topic word with it states one of its kind."""
-    ranked = _ranked(question, passages)
+    ranked = _ranked(about or question, passages)
     asked = _asked(question, ranked)
     if len(asked) != 1:
         return ""
@@ -230,32 +230,35 @@ _LIMIT_WORDS = re.compile(r"(?:\bup\s+to|\bat\s+most|\bmax(?:imum)?\b|\bexceed|\
                           r"|\bat\s+least|\bminimum\b|\bmin\b|不超过|不得超过|最多|最高|最大|以内|之内|至少|最低|最少|不低于|不少于)"
                           r"[^.,;:!?，。；：！？]*$", re.I)
 # what a thing takes, needs or uses ("a minimal installation will take 1012MB", "charging takes 30 minutes",
-# "需要 10GB"): a minimum the user's amount must reach, said right before the value
-_NEEDS = re.compile(r"(?:\b(?:takes?(?:\s+up)?|took|requires?|required|needs?|needed|uses?)|需要|占用|要求)"
+# "需要 10GB"): a minimum the user's amount must reach, said right before the value (an instruction's "use
+# 260 kPa" is the value to set, no minimum)
+_NEEDS = re.compile(r"(?:\b(?:takes?(?:\s+up)?|took|requires?|required|needs?|needed|uses|used)|需要|占用|要求)"
                     r"\s*(?:about|around|approximately|roughly|at\s+least|约|大约|至少)?\s*$", re.I)
 
 
-def judge_limit(question: str, passages: list[str]) -> Limit | None:
+def judge_limit(question: str, passages: list[str], about: str = "") -> Limit | None:
     """The reply to "can I tow 1,800 kg?" when the question asks whether its one amount is within
     what the passages allow or need and the sentences most about the question bound it one way: an
     upper bound ("up to 1,500 kg", "do not exceed 50 km/h"), a lower one ("at least 780MB") or a
     range ("between 50 and 100 percent"). None when any of that is unclear, or two sentences
-    disagree."""
+    disagree. `about`: the question in the passages' language (its translation, plan.py), whose words
+    rank their sentences; the amount is the question's own."""
     asked_parts = [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)
                    if _ASKS.search(p)]
     asking = [p for p in asked_parts if _within(p)]
     if len(asking) != 1:
         return None
-    ranked = _ranked(question, passages)
+    words = about or question
+    ranked = _ranked(words, passages)
     asked = _asked(question, ranked)  # said anywhere: "My trailer is 1,800 kg. Can I tow it?"
     if len(asked) != 1:
         return None
     q = asked[0]
-    decided = [(sentence, passage, *_verdict(q, sentence, values, terms(without_facts(question))))
+    decided = [(sentence, passage, *_verdict(q, sentence, values, terms(without_facts(words))))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
     decided = [d for d in decided if d[2]]
     if not decided and _asks_if_enough(question, q):
-        decided = _framed(q, _of_kind(ranked, q.kind), terms(without_facts(question)))
+        decided = _framed(q, _of_kind(ranked, q.kind), terms(without_facts(words)))
     if not decided or decided[0][2] == "unclear":
         return None
     sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
