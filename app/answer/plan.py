@@ -246,15 +246,19 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     # a question the first embedder cannot read that the KB does not answer in its own language (no second
     # embedder reads it, its best passage is in another language, or retrieval would refuse it) is
     # searched again in English (translation.py): its words are then the translation's
+    topic = _topic_words(question, ignore)
+    places = _places(kb, topic)  # the KB's places of each topic word (also what decides the gates below)
     if (found.reader is not kb.embedder and kb.embedder is not None
             and (found.reader is None or not found.chosen or language(found.chosen[0].text) != plan.lang
-                 or not confident(found.confidence, profile) or _lacks_topic(kb, question, found.chosen, ignore))):
+                 or not confident(found.confidence, profile) or _lacks_topic(question, topic, places, found.chosen))):
         translating = time.perf_counter()
         english = to_english(llm, query)
         plan.timings["translation_ms"] = round((time.perf_counter() - translating) * 1000, 1)
         if english and kb.read_by(english) is kb.embedder:
             plan.translation = english
             found = _retrieved(kb, english, english, opts, k, default_min_score, ignore)
+            topic = _topic_words(english, ignore)
+            places = _places(kb, topic)
     words = plan.translation or question  # the question as the passages' words are compared with it
     chosen, reader = found.chosen, found.reader
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
@@ -276,8 +280,6 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         plan.refusal = "no passage fits the context"
         return done()
     content = content_words(words)
-    topic = _topic_words(words, ignore)
-    places = _places(kb, topic)
     unknown = (_unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, words)
                | _unknown_names(kb, words))
     # the words the KB lacks are the question's topic when they are a third of its words or more
@@ -331,12 +333,12 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     return done()
 
 
-def _lacks_topic(kb, question: str, hits, ignore: set[str]) -> bool:
-    """Whether the KB never writes a third or more of the question's words, as `plan_answer` decides the
-    question's topic is missing: in a KB of two languages, a question whose topic is written only in the
-    other (its words are not, and a second embedder ranks passages of the question's language first)."""
-    topic = _topic_words(question, ignore)
-    unknown = _unknown_words(topic, _places(kb, topic), [Passage.of(i + 1, h) for i, h in enumerate(hits)])
+def _lacks_topic(question: str, topic: dict[str, str], places: dict[str, int], hits) -> bool:
+    """Whether the KB never writes a third or more of the question's words (`_topic_words`, `_places` of
+    them), as `plan_answer` decides the question's topic is missing: in a KB of two languages, a question
+    whose topic is written only in the other (its words are not, and a second embedder ranks passages of
+    the question's language first)."""
+    unknown = _unknown_words(topic, places, [Passage.of(i + 1, h) for i, h in enumerate(hits)])
     return len(unknown) * 3 >= len(content_words(question))
 
 
