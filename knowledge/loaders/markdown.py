@@ -27,6 +27,16 @@ def clean_markdown_heading(raw: str) -> str:
     return clean_heading(text)
 
 
+def _fenced(fence: str | None, line: str) -> tuple[str | None, bool]:
+    """(the code fence open after `line`, whether `line` is code: a fence line or inside a fenced block),
+    given the fence open before it. A block closes at a fence of its character at least as long."""
+    m = _FENCE.match(line)
+    if fence:
+        closes = bool(m) and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)
+        return (None if closes else fence), True
+    return (m.group(1), True) if m else (None, False)
+
+
 def _cells(line: str) -> list[str]:
     """A pipe table row's cells: split at unescaped pipes, the outer ones optional."""
     row = line.strip()
@@ -46,12 +56,8 @@ def labeled_tables(text: str) -> str:
     while i < len(lines):
         line = lines[i]
         stripped = line.rstrip("\n")
-        fence_match = _FENCE.match(stripped)
-        if fence is not None or fence_match:
-            if fence is None:
-                fence = fence_match.group(1)
-            elif fence_match and fence_match.group(1)[0] == fence[0] and len(fence_match.group(1)) >= len(fence):
-                fence = None
+        fence, code = _fenced(fence, stripped)
+        if code:
             out.append(line)
             i += 1
             continue
@@ -99,13 +105,8 @@ def parse_markdown(text: str) -> list[Section]:
         if starts[i] < body_start:
             continue
         stripped = line.rstrip("\n")
-        fence_match = _FENCE.match(stripped)
-        if fence:
-            if fence_match and fence_match.group(1)[0] == fence[0] and len(fence_match.group(1)) >= len(fence):
-                fence = None
-            continue
-        if fence_match:
-            fence = fence_match.group(1)
+        fence, code = _fenced(fence, stripped)
+        if code:
             continue
         level, title, heading_start = 0, "", starts[i]
         if m := _ATX.match(stripped):
