@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
@@ -246,19 +246,22 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     # a question the first embedder cannot read that the KB does not answer in its own language (no second
     # embedder reads it, its best passage is in another language, or retrieval would refuse it) is
     # searched again in English (translation.py): its words are then the translation's
-    topic = _topic_words(question, ignore)
-    places = _places(kb, topic)  # the KB's places of each topic word (also what decides the gates below)
+    @cache
+    def looked_up(text: str) -> tuple[dict[str, str], dict[str, int]]:
+        """The topic words of `text` and how many places of the KB use each (`_places`), looked up once."""
+        topic = _topic_words(text, ignore)
+        return topic, _places(kb, topic)
+
     if (found.reader is not kb.embedder and kb.embedder is not None
             and (found.reader is None or not found.chosen or language(found.chosen[0].text) != plan.lang
-                 or not confident(found.confidence, profile) or _lacks_topic(question, topic, places, found.chosen))):
+                 or not confident(found.confidence, profile)
+                 or _lacks_topic(question, *looked_up(question), found.chosen))):
         translating = time.perf_counter()
         english = to_english(llm, query)
         plan.timings["translation_ms"] = round((time.perf_counter() - translating) * 1000, 1)
         if english and kb.read_by(english) is kb.embedder:
             plan.translation = english
             found = _retrieved(kb, english, english, opts, k, default_min_score, ignore)
-            topic = _topic_words(english, ignore)
-            places = _places(kb, topic)
     words = plan.translation or question  # the question as the passages' words are compared with it
     chosen, reader = found.chosen, found.reader
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
@@ -279,14 +282,12 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     if not plan.passages:
         plan.refusal = "no passage fits the context"
         return done()
-    content = content_words(words)
+    topic, places = looked_up(words)
     unknown = (_unknown_words(topic, places, plan.passages) | _unknown_compounds(kb, words)
                | _unknown_names(kb, words))
-    # the words the KB lacks are the question's topic when they are a third of its words or more
-    # ("open the sunroof"); one word among many is incidental ("pressed it by mistake")
     plan.unnamed = set(unknown)
     plan.rarest = _rarest(places)
-    if len(unknown) * 3 >= len(content):
+    if _is_topic(unknown, words):
         plan.missing_topic = set(unknown)
         if plan.translation:  # an answer in another language than the passages' cannot be checked for them
             plan.refusal = (f"the knowledge base never mentions {', '.join(sorted(unknown.values()))}, which the "
@@ -338,7 +339,12 @@ def _lacks_topic(question: str, topic: dict[str, str], places: dict[str, int], h
     them), as `plan_answer` decides the question's topic is missing: in a KB of two languages, a question
     whose topic is written only in the other (its words are not, and a second embedder ranks passages of
     the question's language first)."""
-    unknown = _unknown_words(topic, places, [Passage.of(i + 1, h) for i, h in enumerate(hits)])
+    return _is_topic(_unknown_words(topic, places, [Passage.of(i + 1, h) for i, h in enumerate(hits)]), question)
+
+
+def _is_topic(unknown: dict[str, str], question: str) -> bool:
+    """Whether the words the KB lacks are the question's topic: a third of its words or more ("open the
+    sunroof"); one word among many is incidental ("pressed it by mistake")."""
     return len(unknown) * 3 >= len(content_words(question))
 
 
