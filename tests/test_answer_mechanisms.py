@@ -9,6 +9,9 @@ import pytest
 from app.answer.facts import extract_facts, normalize
 from app.answer.identifiers import identifiers
 from app.answer.limits import comparison_note, judge_limit
+from app.answer.question import asks_yes_no
+from app.answer.relevance import in_context
+from app.answer.sentences import split_sentences
 from app.answer.verify import Verifier
 
 CHAINS = "Snow chains fit the rear wheels only. Do not drive faster than 50 km/h with chains fitted."
@@ -110,6 +113,44 @@ def test_no_reply_is_judged_where_the_limit_does_not_decide_it(question, passage
     assert judge_limit(question, [passage]) is None
 
 
+# a reference entry: a name, what it is, and a default said in a line of its own
+SETTINGS = ("SESSION_TIMEOUT\nHow long an idle session is kept before the user must sign in again.\n"
+            "Default: timeout(minutes=30)\n\nUPLOAD_LIMIT\nThe largest request body the server accepts, in bytes.\n"
+            "Defaults to 8192.\n")
+
+
+@pytest.mark.parametrize("question, reply", [
+    # the value asked about, against the one its entry states (a leading condition is no part of the question)
+    ("If I leave the setting alone, does an idle session end after 2 hours?", "no"),
+    ("Does an idle session end after 30 minutes by default?", "yes"),
+    ("Does an idle session end after half an hour?", None),  # no amount the reader knows
+    # pointed back at: the same number bare is that value; another bare number may count anything
+    ("I want to reject bodies above 8192 bytes. Is that already the default?", "yes"),
+    ("I want to reject bodies above 10000 bytes. Is that already the default?", None),
+    # whether an amount is good or allowed is no question of what the value is
+    ("Is it OK to keep an idle session for 45 minutes?", None),
+])
+def test_a_question_whether_a_value_is_the_users_amount_is_answered_by_the_value(question, reply):
+    assert _reply(question, SETTINGS) == reply
+
+
+def test_a_line_with_a_value_and_hardly_a_word_is_about_its_entry():
+    sentences = split_sentences(SETTINGS)
+    context = dict(zip(sentences, in_context(sentences)))
+    assert context["Default: timeout(minutes=30)\n\n"].startswith("SESSION_TIMEOUT\nHow long an idle session")
+    assert context["Defaults to 8192.\n"].startswith("UPLOAD_LIMIT")  # the entry ends at a blank line
+    assert context["The largest request body the server accepts, in bytes.\n"].startswith("The largest")
+    verifier = Verifier([SETTINGS], "If I leave the setting alone, does an idle session end after 2 hours?")
+    assert verifier.check("No, an idle session ends after 30 minutes.").ok  # the default's entry names it
+    assert not verifier.check("An upload may take 30 minutes.").ok  # not what the entry is about
+
+
+def test_a_question_after_a_condition_is_still_a_yes_or_no_one():
+    assert asks_yes_no("If I never change it, does the session expire?")
+    assert asks_yes_no("Once the update is done, can I unplug it?")
+    assert not asks_yes_no("If it rains, how far can I go?")
+
+
 def test_limits_of_two_passages_that_disagree_decide_nothing():
     outlet = "With the adapter in the charge port, the car can supply up to 3.6 kW to your devices."
     fast = "The car accepts up to 150 kW of DC power at a fast charger."
@@ -122,6 +163,11 @@ def test_the_model_is_shown_the_numbers_compared():
         "60 km/h is more than 50 km/h."
     assert comparison_note("我想把充电上限调到百分之四十，能设这么低吗？", [CHARGE_ZH], "zh").startswith("40% 小于 50%")
     assert comparison_note("How do I fit chains?", [CHAINS], "en") == ""
+    # one amount written in two units is one value, and a large one is written out
+    assert comparison_note("Does it expire after 30 days?", ["Default: timedelta(days=31) (2678400 seconds)"],
+                           "en") == "30 day is less than 31 day."
+    assert comparison_note("Is it 3000000 seconds?", ["Default: 2678400 seconds"], "en") == \
+        "3000000 s is more than 2678400 s."
 
 
 def test_a_limit_is_answered_with_the_passages_sentence():

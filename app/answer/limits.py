@@ -23,8 +23,8 @@ from app.answer.bounds import LOWER, UPPER, bounds
 from app.answer.facts import extract_facts, normalize, without_facts
 from app.answer.pairing import said_of
 from app.answer.question import ASKS as _ASKS
-from app.answer.question import asks_yes_no, on_topic, parts, unit_of
-from app.answer.relevance import terms
+from app.answer.question import asks_yes_no, main_clause, on_topic, parts, unit_of
+from app.answer.relevance import in_context, terms
 from app.answer.sentences import clauses, split_sentences
 
 # units of one kind and their size in the kind's base unit
@@ -42,14 +42,14 @@ _KINDS: dict[str, dict[str, float]] = {
     "voltage": {"v": 1.0},
     "current": {"a": 1.0},
     "volume": {"l": 1.0},
-    "data": {"kb": 2.0 ** 10, "mb": 2.0 ** 20, "gb": 2.0 ** 30, "tb": 2.0 ** 40},
+    "data": {"b": 1.0, "kb": 2.0 ** 10, "mb": 2.0 ** 20, "gb": 2.0 ** 30, "tb": 2.0 ** 40},
     "frequency": {"mhz": 1e6, "ghz": 1e9},
 }
 _KIND_OF = {unit: kind for kind, units in _KINDS.items() for unit in units}
 # data sizes and clock rates, which the fact reader leaves as bare numbers: "780MB", "4 gigs", "8G 内存"
-_DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(kb|kib|kilobytes?)|(mb|mib|megabytes?|megs?|兆)"
+_DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(bytes?|字节)|(kb|kib|kilobytes?)|(mb|mib|megabytes?|megs?|兆)"
                    r"|(gb|gib|gigabytes?|gigs?|g)|(tb|tib|terabytes?)|(mhz)|(ghz))(?![a-z])", re.I)
-_DATA_UNITS = ("kb", "mb", "gb", "tb", "mhz", "ghz")
+_DATA_UNITS = ("b", "kb", "mb", "gb", "tb", "mhz", "ghz")
 MAX_VALUES = 4  # passage values compared: the question's sentence-mates first
 MIN_BARE = 10  # a bare number this large in a question is an amount (_asked)
 # two values closer than this share are one amount in two units: 35 psi is 241 kPa, written "240 kPa (35 psi)"
@@ -67,7 +67,7 @@ class Quantity:
         return _KIND_OF.get(self.unit) if self.unit else None
 
     def base(self) -> float:
-        return self.value * _KINDS[self.kind][self.unit]
+        return self.value * _KINDS[self.kind][self.unit] if self.kind else self.value
 
 
 def quantities(text: str) -> list[Quantity]:
@@ -90,7 +90,7 @@ def quantities(text: str) -> list[Quantity]:
 
 
 def _say(q: Quantity) -> str:
-    value = f"{q.value:g}"
+    value = f"{q.value:.10g}"
     return f"{value} {q.unit}" if q.unit and q.unit != "%" else f"{value}%" if q.unit else value
 
 
@@ -117,8 +117,9 @@ def _ranked(question: str, passages: list[str]) -> Ranked:
 @functools.lru_cache(maxsize=8)
 def _ranked_once(question: str, passages: tuple[str, ...]) -> Ranked:
     wanted = terms(without_facts(question))
-    stating = [(s, [q for q in quantities(s) if q.kind], i) for i, p in enumerate(passages) for s in split_sentences(p)
-               if s.strip()]
+    # a fragment ("Defaults to 4093.") is ranked and quoted with its entry (relevance.in_context)
+    stating = [(c, quantities(s), i) for i, p in enumerate(passages)
+               for s, c in zip(split_sentences(p), in_context(split_sentences(p))) if s.strip()]
 
     def about(sentence: str) -> float:  # shared terms, a long sentence's counting for less: "charge at 200 kW?"
         said = terms(sentence)           # is about "charges at up to 150 kW", not a long sentence on the charge port
@@ -134,8 +135,9 @@ def _asked(question: str, ranked: Ranked) -> list[Quantity]:
     bare = [q for q in asked if q.unit is None]
     # a small bare number counts things ("five of us", "下一个车主"), a measured amount is spoken bare
     # only when it is larger ("doing 60", "开到一百六")
-    if bare and len(bare) == len(asked) == 1 and ranked and bare[0].value >= MIN_BARE:
-        return [Quantity(bare[0].value, ranked[0][1][0].unit, bare[0].text)]
+    kinded = [v for _, values, _ in ranked for v in values if v.kind]
+    if bare and len(bare) == len(asked) == 1 and kinded and bare[0].value >= MIN_BARE:
+        return [Quantity(bare[0].value, kinded[0].unit, bare[0].text)]
     return _distinct([q for q in asked if q.kind])
 
 
@@ -165,7 +167,7 @@ def comparison_note(question: str, passages: list[str], lang: str, about: str = 
     for q in _asked(question, ranked):
         values: list[Quantity] = []
         for _, stated, _ in _of_kind(ranked, q.kind):
-            values += [v for v in stated if all(abs(v.base() - w.base()) > 1e-9 for w in values)]
+            values = _distinct(values + stated)
         said = [_relation(q, v, lang) for v in values[:MAX_VALUES]]
         if said:
             notes.append(f"{_say(q)} {'，'.join(said)}。" if lang == "zh" else f"{_say(q)} {', and '.join(said)}.")
@@ -220,6 +222,7 @@ class Limit:
 
 def _within(part: str) -> bool:
     """Whether a question asks if the user's amount stays within what is allowed or needed."""
+    part = main_clause(part)
     return bool(_WITHIN.search(part)) and asks_yes_no(part) and not _BEYOND.search(without_facts(part))
 
 
@@ -259,13 +262,18 @@ def judge_limit(question: str, passages: list[str], about: str = "") -> Limit | 
     decided = [d for d in decided if d[2]]
     if not decided and _asks_if_enough(question, q):
         decided = _framed(q, _of_kind(ranked, q.kind), terms(without_facts(words)))
+    # a value's question is answered by the value, whatever negation it is asked with
+    value_asked = not decided and _asks_if_it_is(asking[0], q)
+    if value_asked:
+        decided = _stated(q, question, ranked, terms(without_facts(words)))
     if not decided or decided[0][2] == "unclear":
         return None
     sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
     # "she keeps begging to sit without her booster. Is she allowed to?": a negation anywhere turns it
     # round, unless the bound's sentence says it too, of the thing it bounds ("a minimal installation,
     # without the Standard system task, will take 1012MB")
-    if not all(_says_too(negation, sentence) for negation in _NEGATED.finditer(_A_NOT_A.sub("", question))):
+    if not value_asked and not all(_says_too(negation, sentence)
+                                   for negation in _NEGATED.finditer(_A_NOT_A.sub("", question))):
         return None
     # another passage bounding the same kind at other values: which limit is the question's is unclear
     # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW)
@@ -287,6 +295,41 @@ def _asks_if_enough(question: str, q: Quantity) -> bool:
     the charge enough for 300 km?", "电量够开到 300 公里吗？" ask the other way round."""
     asking = [c for c in _CLAUSE_BREAK.split(normalize(question)) if _ENOUGH.search(without_facts(c))]
     return bool(asking) and not any(normalize(q.text) in c for c in asking)
+
+
+# asking whether a value is the user's amount, said in the asking clause or pointed back at: "does a permanent
+# session cookie expire after 30 days?", "... past 4093 bytes. Is that already the default threshold?"; not
+# whether the amount is allowed ("is it OK to tow 1,200 kg?") or enough for something ("is the installer fine?")
+_IS_VALUE = re.compile(r"^\W*(?:is|are|was|were|does|do|did|has|have)\b", re.I)
+_POINTS_BACK = re.compile(r"^\W*(?:is|was)\s+(?:that|this)\b", re.I)
+_JUDGED = re.compile(r"\b(?:ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal|problem|risk\w*|bad|good"
+                     r"|wise|recommended)\b", re.I)
+
+
+def _asks_if_it_is(asking: str, q: Quantity) -> bool:
+    """Whether the asking clause asks if a value is the user's amount, not whether the amount is good."""
+    clause = main_clause(asking)
+    return (bool(_IS_VALUE.search(clause)) and not _JUDGED.search(clause)
+            and (normalize(q.text) in normalize(clause) or bool(_POINTS_BACK.search(clause))))
+
+
+def _stated(q: Quantity, question: str, ranked: Ranked, wanted: set[str]) -> list[tuple[str, int, str, frozenset]]:
+    """The reply to "is it `q`?" from the sentence most about the question that states a value of its
+    kind, or its very number bare ("Defaults to 4093."): yes when that value is `q` (within SAME_SHARE),
+    no when it is another of the same kind; none when the sentence is about none of the question's
+    topic or names several values alike. A bare number of another size decides nothing: what it counts
+    is unknown."""
+    for sentence, values, passage in ranked:
+        candidates = [v for v in values if v.kind == q.kind or (v.kind is None and v.value == q.value)]
+        if not candidates:
+            continue
+        named = _distinct(_named(sentence, candidates, wanted)) if on_topic(question, sentence) else []
+        if len(named) != 1:
+            return []
+        v = named[0]
+        same = v.kind is None or abs(v.base() - q.base()) <= SAME_SHARE * max(v.base(), q.base())
+        return [(sentence, passage, "yes" if same else "no", frozenset({v.base()}))]
+    return []
 
 
 def _framed(q: Quantity, stating: Ranked, wanted: set[str]) -> list[tuple[str, int, str, frozenset]]:

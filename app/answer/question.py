@@ -54,9 +54,21 @@ _YES_NO = re.compile(r"^\W*(?:does|do|did|is|are|was|were|can|could|will|would|s
                      r"|([\u4e00-\u9fff])[不没]\1", re.I)
 
 
+# a clause that sets a condition or a time before the question proper: "If I never touch the config, does
+# ...?", "Once the update is done, can I ...?"
+_LEADING_CLAUSE = re.compile(r"^\W*(?:if|when|whenever|once|after|before|while|unless|as\s+long\s+as|assuming"
+                             r"|now\s+that|in\s+case)\b[^,?]*,\s*", re.I)
+
+
+def main_clause(question: str) -> str:
+    """The question without a leading condition or time clause."""
+    return _LEADING_CLAUSE.sub("", question.strip(), count=1)
+
+
 def asks_yes_no(question: str) -> bool:
-    """"Does the car have a spare wheel?", "电池质保能转给下一个车主吗？": a yes or a no answers it."""
-    return bool(_YES_NO.search(question.strip()))
+    """"Does the car have a spare wheel?", "If I never touch the config, does it expire?",
+    "电池质保能转给下一个车主吗？": a yes or a no answers it."""
+    return bool(_YES_NO.search(main_clause(question)))
 
 
 def asks_yes_no_somewhere(question: str) -> bool:

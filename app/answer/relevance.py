@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import rjieba
 
-from app.answer.facts import normalize
+from app.answer.facts import normalize, without_facts
 from knowledge.retrieval import Hit
 
 BM25_WEIGHT = 0.02  # cosine + 0.02 x BM25: the best of 0, 0.01 ... 0.08 on the sample eval
@@ -80,6 +80,32 @@ def term_words(text: str) -> dict[str, str]:
 def terms(text: str) -> set[str]:
     return set(term_words(text))
 
+
+
+# a line saying hardly anything of its own: a label and a value ("Default: timedelta(days=31)", "Defaults to
+# 4093.", "Max load: 75 kg")
+FRAGMENT_TERMS = 2
+_ENTRY_END = re.compile(r"\n\s*\n\s*$")  # a blank line ends a reference entry, a spec sheet's block
+
+
+ENTRY_SENTENCES = 4  # of a long entry, its first sentence (the name) and the last few before the fragment
+
+
+def in_context(sentences: list[str]) -> list[str]:
+    """What each of a passage's sentences (split_sentences) is about, as text: the sentence, or for a
+    fragment of FRAGMENT_TERMS terms or fewer, its entry up to it: the sentences before it back to the
+    last blank line (a reference entry's name and description, a block's heading). "Default:
+    timedelta(days=31)" says what PERMANENT_SESSION_LIFETIME's entry is about, not nothing."""
+    out, start = [], 0
+    for i, s in enumerate(sentences):
+        if len(terms(without_facts(s))) <= FRAGMENT_TERMS and i > start:
+            entry = [sentences[start], *sentences[max(start + 1, i - ENTRY_SENTENCES + 1):i + 1]]
+            out.append("".join(entry).strip())
+        else:
+            out.append(s)
+        if _ENTRY_END.search(s):
+            start = i + 1
+    return out
 
 # Chinese question words a segmenter keeps whole: no evidence of a topic
 _ZH_ASKING = set("怎么 怎样 怎么办 多少 多久 多长 多长时间 多大 多远 多快 什么 为什么 哪个 哪里 哪儿 是不是 可以 能不能 能否 "

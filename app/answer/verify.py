@@ -37,7 +37,7 @@ from app.answer.identifiers import stated as written_in
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
 from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out, unit_of
-from app.answer.relevance import term_words, terms
+from app.answer.relevance import in_context, term_words, terms
 from app.answer.sentences import clauses, split_sentences
 
 _REFUSAL = re.compile(
@@ -146,10 +146,13 @@ class Verifier:
                                                 bounds(s), said_of(s))
         said = []
         for text in passages:
-            for s in split_sentences(text):
+            sentences = split_sentences(text)
+            for s, context in zip(sentences, in_context(sentences)):
                 if s.strip():
                     said.append(source(s))
-                    if len(said) > 1 and _PRONOUN.match(s) and said[-2].text in text:
+                    if context != s:  # "Default: timedelta(days=31)" is about its entry's name and description
+                        said[-1].referred = terms(without_facts(context))
+                    elif len(said) > 1 and _PRONOUN.match(s) and said[-2].text in text:
                         said[-1].referred = said[-2].terms | said[-2].referred
         asked = [source(s, True) for s in split_sentences(question) if s.strip()]
         self.sentences = said + asked
