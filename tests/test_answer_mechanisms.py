@@ -302,6 +302,17 @@ def _generate(llm, question: str, passage: str, **plan):
     return "".join(gen), gen.result.grounding
 
 
+@pytest.mark.parametrize("question", ["At what file size does Flask refuse an upload?",
+                                      "How big may an upload be before Flask refuses it?"])
+def test_an_amount_is_answered_by_an_amount(question):
+    """"It depends on MAX_CONTENT_LENGTH" names no size: no answer to a question asking one, though true."""
+    text, grounding = _generate(_Says("It depends on the MAX_CONTENT_LENGTH config key."), question, UPLOADS)
+    assert grounding.decision == "refused" and "no number" in grounding.reason, (text, grounding.reason)
+    text, grounding = _generate(_Says("It depends on the MAX_CONTENT_LENGTH config key."),
+                                "Which config key limits the size of uploads?", UPLOADS)
+    assert grounding.decision == "answered", grounding.reason  # a key is what this one asks for
+
+
 SERVER = ("The development server is not intended for production. It is not designed to be particularly efficient, "
           "stable, or secure.")
 

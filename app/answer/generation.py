@@ -23,7 +23,7 @@ from itertools import chain
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_quantity
 from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
-from app.answer.question import answers_kind, asks_quantity, on_topic, topic, unit_of, wanted_units
+from app.answer.question import answers_kind, asks_number, asks_quantity, on_topic, topic, unit_of, wanted_units
 from app.answer.relevance import content_words, terms
 from app.answer.sentences import SentenceStream, ends_clause, is_lead_in, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
@@ -148,7 +148,9 @@ class GroundedGeneration:
             return self._finish("stop", 0, self._grounding(
                 "extractive", "the passages' bound on the amount the question states answers it: their reply and "
                 "sentence are said as they are", [verifier.check(plan.direct)], []))
-        need_number = asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive))
+        # an amount is answered by an amount: "it depends on MAX_CONTENT_LENGTH", "几个小时" say none
+        need_number = asks_number(plan.question) or (
+            asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive)))
         gen, stop = self._generate(placed=self._placed(), draft=self.draft)
         draft = yield from self._checked(gen, stop, verifier, need_number)
         result = gen.result

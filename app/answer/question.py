@@ -29,7 +29,8 @@ _PRICE = re.compile(r"\bhow\s+much\b.*\b(?:cost|price|charge|pay)|\b(?:cost|pric
 _FREE = re.compile(r"\bfree\b|no charge|免费|不收费", re.I)
 _PHONE = re.compile(r"\b(?:number|call|ring|phone|dial)\b|电话|号码|打给", re.I)
 # "how long / how far / how many ...": an amount, whatever its unit ("when" asks for a moment or a condition)
-_AMOUNT = re.compile(rf"\bhow\s+(?:{_HOW})\b|{_ZH_HOW}|几[个年天次档秒分小公]", re.I)
+_AMOUNT = re.compile(rf"\bhow\s+(?:{_HOW})\b|\bwhat\s+(?:[a-z]+\s+)?(?:size|speed|pressure|temperature|weight)\b"
+                     rf"|{_ZH_HOW}|几[个年天次档秒分小公]", re.I)
 
 
 def meant(question: str) -> str:
@@ -96,8 +97,14 @@ def asks_phone(question: str) -> bool:
 
 
 def asks_amount(question: str) -> bool:
-    """"How long / how far / 多少 / 几档": an amount, whatever its unit; a phone number is none."""
+    """"How long / how far / at what file size / 多少 / 几档": an amount, whatever its unit; a phone number
+    is none."""
     return bool(_AMOUNT.search(question)) and not asks_phone(question)
+
+
+def asks_number(question: str) -> bool:
+    """An amount no answer gives without a number: not a price, which may be "free"."""
+    return asks_amount(question) and not _PRICE.search(question)
 
 
 # words that say what kind of answer is wanted, not what it is about ("the lowest charge limit" asks
