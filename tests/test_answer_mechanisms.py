@@ -129,6 +129,9 @@ SETTINGS = ("SESSION_TIMEOUT\nHow long an idle session is kept before the user m
     ("I want to reject bodies above 10000 bytes. Is that already the default?", None),
     # whether an amount is good or allowed is no question of what the value is
     ("Is it OK to keep an idle session for 45 minutes?", None),
+    # nor is what the user has to do: a session idle for 2 hours is past its 30 minutes, no "no"
+    ("Do I need to sign in again after 2 hours idle?", None),
+    ("Does the user have to sign in again after 45 minutes?", None),
 ])
 def test_a_question_whether_a_value_is_the_users_amount_is_answered_by_the_value(question, reply):
     assert _reply(question, SETTINGS) == reply

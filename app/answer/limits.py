@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from app.answer.bounds import LOWER, UPPER, bounds
 from app.answer.facts import extract_facts, normalize, without_facts
 from app.answer.pairing import said_of
+from app.answer.question import A_NOT_A
 from app.answer.question import ASKS as _ASKS
 from app.answer.question import asks_yes_no, main_clause, on_topic, parts, unit_of
 from app.answer.relevance import in_context, terms
@@ -197,7 +198,6 @@ _BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+t
                      r"|太|超过|超出|低于|高于", re.I)
 # "is she allowed to sit without her booster at 140 cm?": a negated question turns the reply round
 _NEGATED = re.compile(r"\b(?:without|not|never|no)\b|n't\b|不|没|无", re.I)
-_A_NOT_A = re.compile(r"(.)不\1")  # 能不能, 可不可以, 是不是: a question, not a negation
 _NEGATED_SPAN = 30  # characters after a negation that say what it negates ("without the “Standard system” task")
 
 
@@ -273,7 +273,7 @@ def judge_limit(question: str, passages: list[str], about: str = "") -> Limit | 
     # round, unless the bound's sentence says it too, of the thing it bounds ("a minimal installation,
     # without the Standard system task, will take 1012MB")
     if not value_asked and not all(_says_too(negation, sentence)
-                                   for negation in _NEGATED.finditer(_A_NOT_A.sub("", question))):
+                                   for negation in _NEGATED.finditer(A_NOT_A.sub("", question))):
         return None
     # another passage bounding the same kind at other values: which limit is the question's is unclear
     # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW)
@@ -302,14 +302,21 @@ def _asks_if_enough(question: str, q: Quantity) -> bool:
 # whether the amount is allowed ("is it OK to tow 1,200 kg?") or enough for something ("is the installer fine?")
 _IS_VALUE = re.compile(r"^\W*(?:is|are|was|were|does|do|did|has|have)\b", re.I)
 _POINTS_BACK = re.compile(r"^\W*(?:is|was)\s+(?:that|this)\b", re.I)
-_JUDGED = re.compile(r"\b(?:ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal|problem|risk\w*|bad|good"
-                     r"|wise|recommended)\b", re.I)
+_JUDGED = re.compile(r"\b(?:ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal|problem|risk\w*"
+                     r"|bad|good|wise|recommended)\b", re.I)
+
+
+# asking about the user's own doing ("do I need to change it after 3 years?", "should we ..."): what is due,
+# not what a value is
+_DOING = re.compile(r"^\W*\w+\s+(?:i|we|you)\b|\b(?:need|needs|have\s+to|has\s+to|must|should|required|necessary)\b",
+                    re.I)
 
 
 def _asks_if_it_is(asking: str, q: Quantity) -> bool:
-    """Whether the asking clause asks if a value is the user's amount, not whether the amount is good."""
+    """Whether the asking clause asks if a value is the user's amount, not whether the amount is good or
+    what the user has to do."""
     clause = main_clause(asking)
-    return (bool(_IS_VALUE.search(clause)) and not _JUDGED.search(clause)
+    return (bool(_IS_VALUE.search(clause)) and not _JUDGED.search(clause) and not _DOING.search(clause)
             and (normalize(q.text) in normalize(clause) or bool(_POINTS_BACK.search(clause))))
 
 

@@ -51,8 +51,9 @@ ASKS = re.compile(rf"[?？]|\b(?:{_WH})\b|吗|呢|多少|多久|几|什么|怎�
 
 
 # English inversion, a Chinese question ending in 吗, or Chinese "A-not-A" (够不够, 能不能, 有没有)
+A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")  # 能不能, 可不可以, 有没有: a question, not a negation
 _YES_NO = re.compile(r"^\W*(?:does|do|did|is|are|was|were|can|could|will|would|should|has|have|may|must)\b|吗\W*$"
-                     r"|([\u4e00-\u9fff])[不没]\1", re.I)
+                     rf"|{A_NOT_A.pattern}", re.I)
 
 
 # a clause that sets a condition or a time before the question proper: "If I never touch the config, does
