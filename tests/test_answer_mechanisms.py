@@ -10,7 +10,7 @@ from app.answer.facts import extract_facts, normalize
 from app.answer.identifiers import identifiers
 from app.answer.limits import comparison_note, judge_limit
 from app.answer.question import asks_yes_no
-from app.answer.relevance import Confidence, in_context
+from app.answer.relevance import in_context
 from app.answer.sentences import split_sentences
 from app.answer.verify import Verifier
 
@@ -356,7 +356,7 @@ def test_a_failed_reply_about_the_users_amount_is_told_the_passages_value_of_its
     quote = bound_sentence(question, [f"The boot holds 400 litres. {BOOSTER}"])
     assert quote == BOOSTER and bound_sentence("Can I bring 2 cats?", [BOOSTER]) == ""  # no amount of its kind
     text, grounding = _generate(_Says("Yes, she is allowed to sit without her booster."), question, BOOSTER,
-                                bound_quote=quote, confidence=Confidence(dense=0.6, coverage=1.0, value=0.6))
+                                bound_quote=quote)
     assert text == BOOSTER and grounding.decision == "extractive"
 
 

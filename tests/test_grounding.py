@@ -532,13 +532,10 @@ def test_a_bare_yes_is_checked_with_the_sentence_after_it():
     said, decision = _answer("Yes. It switches back on automatically every time you start the car.", question,
                              TRACTION)
     assert (said, decision) == ("Yes. It switches back on automatically every time you start the car.", "answered")
-    # a failed reply is said in the one entry's words, which the question found clearly (read by the embedder);
-    # with no such entry, the passages' sentences without a reply do not answer a yes or no
-    quote = "Traction control switches back on automatically every time you start the car."
-    said, decision = _answer("Yes. You need to remember that.", question, TRACTION, extractive=quote,
-                             confidence=Confidence(dense=0.6, coverage=1.0, value=0.6))
-    assert (said, decision) == (quote, "extractive")
-    assert _answer("Yes. You need to remember that.", question, TRACTION, extractive=quote)[1] == "refused"
+    said, decision = _answer("Yes. You need to remember that.", question, TRACTION,
+                             extractive="Traction control switches back on automatically every time you start the car.")
+    assert (said, decision) == ("Traction control switches back on automatically every time you start the car.",
+                                "extractive")
 
 
 @pytest.mark.parametrize("question, quote, ok", [

@@ -23,8 +23,7 @@ from itertools import chain
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_quantity
 from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
-from app.answer.question import (answers_kind, asks_number, asks_quantity, asks_yes_no_somewhere, on_topic, topic,
-                                 unit_of, wanted_units)
+from app.answer.question import answers_kind, asks_number, asks_quantity, on_topic, topic, unit_of, wanted_units
 from app.answer.relevance import content_words, terms
 from app.answer.sentences import SentenceStream, ends_clause, is_lead_in, is_list_marker, split_sentences
 from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
@@ -185,9 +184,8 @@ class GroundedGeneration:
                 if repaired else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
         # the model's "I don't know" stands unless the passages state what each part asks for, or the
-        # one entry a yes-or-no question found does (AnswerPlan.refusal_quote); so does a failed answer to
-        # a yes or no: the best passage's sentences without the reply do not answer it
-        quote = plan.refusal_quote if verdict == "model_refused" or asks_yes_no_somewhere(plan.question) else (
+        # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
+        quote = plan.refusal_quote if verdict == "model_refused" else (
             plan.limit_answer or plan.extractive or plan.part_quote or plan.bound_quote)
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
