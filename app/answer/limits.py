@@ -118,9 +118,11 @@ def _ranked(question: str, passages: list[str]) -> Ranked:
 @functools.lru_cache(maxsize=8)
 def _ranked_once(question: str, passages: tuple[str, ...]) -> Ranked:
     wanted = terms(without_facts(question))
-    # a fragment ("Defaults to 4093.") is ranked and quoted with its entry (relevance.in_context)
-    stating = [(c, quantities(s), i) for i, p in enumerate(passages)
-               for s, c in zip(split_sentences(p), in_context(split_sentences(p))) if s.strip()]
+    stating = []
+    for i, p in enumerate(passages):
+        sentences = split_sentences(p)
+        # a fragment ("Defaults to 4093.") is ranked and quoted with its entry (relevance.in_context)
+        stating += [(c, quantities(s), i) for s, c in zip(sentences, in_context(sentences)) if s.strip()]
 
     def about(sentence: str) -> float:  # shared terms, a long sentence's counting for less: "charge at 200 kW?"
         said = terms(sentence)           # is about "charges at up to 150 kW", not a long sentence on the charge port

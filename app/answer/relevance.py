@@ -81,14 +81,11 @@ def terms(text: str) -> set[str]:
     return set(term_words(text))
 
 
-
 # a line saying hardly anything of its own: a label and a value ("Default: timedelta(days=31)", "Defaults to
 # 4093.", "Max load: 75 kg")
 FRAGMENT_TERMS = 2
 _ENTRY_END = re.compile(r"\n\s*\n\s*$")  # a blank line ends a reference entry, a spec sheet's block
-
-
-ENTRY_SENTENCES = 4  # of a long entry, its first sentence (the name) and the last few before the fragment
+ENTRY_SENTENCES = 4  # of a long entry: its first sentence (the name) and the fragment with the two before it
 
 
 def in_context(sentences: list[str]) -> list[str]:
@@ -106,6 +103,7 @@ def in_context(sentences: list[str]) -> list[str]:
         if _ENTRY_END.search(s):
             start = i + 1
     return out
+
 
 # Chinese question words a segmenter keeps whole: no evidence of a topic
 _ZH_ASKING = set("怎么 怎样 怎么办 多少 多久 多长 多长时间 多大 多远 多快 什么 为什么 哪个 哪里 哪儿 是不是 可以 能不能 能否 "
