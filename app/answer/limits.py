@@ -191,9 +191,10 @@ def bound_sentence(question: str, passages: list[str], about: str = "") -> str:
 
 
 # asking whether the user's amount is allowed, possible or enough: a yes says it is within the bound
-_WITHIN = re.compile(r"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+"
-                     r"(?:ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal)|will|would|does|do|is|are)\b"
-                     r"|可以|能不能|能|够|行不行|行吗", re.I)
+# the words that judge an amount acceptable: "is it OK / safe / enough ..."
+_ACCEPTABLE = r"ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal"
+_WITHIN = re.compile(rf"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+(?:{_ACCEPTABLE})"
+                     r"|will|would|does|do|is|are)\b|可以|能不能|能|够|行不行|行吗", re.I)
 # "is 2,000 kg too much?", "is it over the limit?": a yes says the amount is beyond the bound ("超充桩", a
 # fast charger, is no "超过")
 _BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b"
@@ -304,8 +305,7 @@ def _asks_if_enough(question: str, q: Quantity) -> bool:
 # whether the amount is allowed ("is it OK to tow 1,200 kg?") or enough for something ("is the installer fine?")
 _IS_VALUE = re.compile(r"^\W*(?:is|are|was|were|does|do|did|has|have)\b", re.I)
 _POINTS_BACK = re.compile(r"^\W*(?:is|was)\s+(?:that|this)\b", re.I)
-_JUDGED = re.compile(r"\b(?:ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal|problem|risk\w*"
-                     r"|bad|good|wise|recommended)\b", re.I)
+_JUDGED = re.compile(rf"\b(?:{_ACCEPTABLE}|problem|risk\w*|bad|good|wise|recommended)\b", re.I)
 
 
 # asking about the user's own doing ("do I need to change it after 3 years?", "should we ..."): what is due,
