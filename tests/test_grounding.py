@@ -100,6 +100,9 @@ def test_fact_keys_are_one_spelling():
     keys = [f.key for f in extract_facts("1,500 kg, 一千五百公斤, thirty minutes, 30 min, 三十分钟, 百分之八十, 80 %")]
     assert keys == ["1500 kg", "1500 kg", "30 min", "30 min", "30 min", "80 %", "80 %"]
     assert [f.key for f in extract_facts("Call 800-555-0199 or use the CCS2 plug.")] == ["8005550199", "ccs2"]
+    # a range's unit said once is both ends' ("between 2 and 3 people" has none)
+    assert [f.key for f in extract_facts("between 50 and 100 percent, between 1,000 and 1,500 kg, between 2 and 3 "
+                                         "people")] == ["50 %", "100 %", "1000 kg", "1500 kg", "2", "3"]
 
 
 def test_a_lists_numbers_are_no_facts_and_a_unit_named_argument_is_an_amount():

@@ -185,6 +185,9 @@ _NUMBER = re.compile(r"(?P<cur>[€$£¥])?\s?(?P<sign>(?<![\w.,])-|\bminus\s+|\
                      r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
                      rf"(?:\s*(?:-|to|–|—|~|至|到)\s*\d+(?:\.\d+)?)?"
                      rf"(?:[\s-]?(?P<unit>{_UNIT_ALT})(?![A-Za-z]))?(?:\s?(?P<cur2>元|euros?|dollars))?", re.I)
+# "between 50 and 100 percent": the unit said once, after the range's second end, is the first end's too
+_BETWEEN = re.compile(rf"\bbetween\s+(?P<num>\d[\d,]*(?:\.\d+)?)\s+and\s+\d[\d,]*(?:\.\d+)?[\s-]?(?P<unit>{_UNIT_ALT})"
+                      r"(?![A-Za-z])", re.I)
 _MENU_SEP = re.compile(r"\s*(?:>|›|→)\s*")
 _MENU = re.compile(r"[^\n>›→。.!?]+?(?:\s*(?:>|›|→)\s*[^\n>›→。.!?,，]+)+")
 # one menu item next to a separator: a quoted name, up to three capitalised words, or a short CJK run
@@ -252,6 +255,7 @@ def extract_facts(text: str) -> list[Fact]:
         unit = _UNIT_OF.get(m.group("unit").lower())
         if unit and not any(taken[m.start():m.end()]):
             claim(m, Fact("number", f"{m.group('num')} {unit}", m.group(0)))
+    shared_unit = {b.start("num"): b.group("unit") for b in _BETWEEN.finditer(text)}
     for m in _NUMBER.finditer(text):
         if any(taken[m.start("num"):m.end("num")]):
             continue
@@ -259,7 +263,8 @@ def extract_facts(text: str) -> list[Fact]:
         value = value.rstrip("0").rstrip(".") if "." in value else value
         value = "-" + value if m.group("sign") and value != "0" else value
         cur = m.group("cur") or m.group("cur2")
-        unit = _CURRENCY[cur.lower()] if cur else _UNIT_OF.get((m.group("unit") or "").lower())
+        unit = _CURRENCY[cur.lower()] if cur else _UNIT_OF.get(
+            (m.group("unit") or shared_unit.get(m.start("num")) or "").lower())
         facts.append(Fact("number", f"{value} {unit}" if unit else value, m.group(0).strip()))
         rng = re.search(r"(?:-|to|–|—|~|至|到)\s*(\d+(?:\.\d+)?)", m.group(0)[m.end("num") - m.start():])
         if rng:  # a range states both ends, with the same unit
