@@ -21,6 +21,7 @@ MEMORY = ("You must have at least 780MB of memory and 1160MB of hard disk space 
           "Installation images that support the graphical installer require more memory.")
 CHARGE_ZH = "拖动“充电上限”滑块，可以设置在百分之五十到百分之一百之间。日常使用建议设为百分之八十。"
 ACC_ZH = "自适应巡航可在 30 到 180 公里每小时之间使用。"
+SLIDER = "Move the Charge limit slider anywhere between 50 and 100 percent."
 BOOSTER = "Children under 150 cm must travel in a booster seat."
 BLIND_SPOT = "Radar sensors watch the blind spots when you drive above 10 km/h."
 UPLOADS = ("To limit the size of uploads, set the MAX_CONTENT_LENGTH config key. If a larger file is transmitted, "
@@ -42,6 +43,9 @@ def _reply(question: str, passage: str) -> str | None:
     ("I have 2 GB of memory. Is that enough for a normal installation?", MEMORY, "yes"),  # GB against MB
     ("我想把充电上限调到百分之四十，能设这么低吗？", CHARGE_ZH, "no"),  # outside a range
     ("高速上我开到一百六，自适应巡航还能开着用吗？", ACC_ZH, "yes"),  # 一百六 is 160, inside it
+    # "between 50 and 100 percent" says its unit once, after the second end
+    ("我想把充电上限调到百分之四十，能设这么低吗？", SLIDER, "no"),
+    ("Can I set the limit to 70%?", SLIDER, "yes"),
 ])
 def test_a_users_amount_is_held_against_the_passages_limit(question, passage, reply):
     assert _reply(question, passage) == reply
@@ -154,11 +158,42 @@ def test_a_question_after_a_condition_is_still_a_yes_or_no_one():
     assert not asks_yes_no("If it rains, how far can I go?")
 
 
+FLUID = "Replace the brake fluid every 2 years, whatever the mileage, because it absorbs water over time."
+FLUID_ZH = "无论行驶了多少公里，刹车油都应每 2 年更换一次，因为刹车油会逐渐吸收水分。"
+SERVICE = "Service the car every 12 months or 15,000 km, whichever comes first."
+
+
+@pytest.mark.parametrize("question, passage, reply", [
+    ("Do I need to change the brake fluid after 3 years?", FLUID, "yes"),  # the time since, against how often
+    ("It has been 12 months. Should I replace the brake fluid?", FLUID, "no"),  # months against years
+    ("刹车油三年没换了，需要换了吗？", FLUID_ZH, "yes"),  # "没换" tells the time since: it negates nothing asked
+    ("刹车油一年没换了，需要换了吗？", FLUID_ZH, "no"),
+    ("I have not serviced it in 14 months. Is a service due?", SERVICE, "yes"),  # one interval reached is enough
+    ("I drove 20,000 km. Do I need a service?", SERVICE, "yes"),  # "every 12 months or 15,000 km"
+    ("I drove 10,000 km. Do I need a service?", SERVICE, None),  # the 12 months may have passed
+    ("Do I need to change the brake fluid every 3 years?", FLUID, None),  # how often, not the time since
+    ("Should I not service it after 14 months?", SERVICE, None),  # a negated asking clause
+])
+def test_what_is_due_is_the_time_since_against_how_often(question, passage, reply):
+    assert _reply(question, passage) == reply
+
+
 def test_limits_of_two_passages_that_disagree_decide_nothing():
     outlet = "With the adapter in the charge port, the car can supply up to 3.6 kW to your devices."
     fast = "The car accepts up to 150 kW of DC power at a fast charger."
     assert judge_limit("Can I charge at 200 kW?", [outlet, fast]) is None  # which limit is the question's?
     assert judge_limit("Can I charge at 200 kW?", [fast]).reply == "no"
+    # a bound on something the question never names decides nothing, where the deciding one's sentence does
+    lane = "车速在 60 到 150 公里每小时之间时，车道保持辅助会轻轻把车拉回车道。"
+    assert judge_limit("高速上我开到一百六，自适应巡航还能开着用吗？", [lane, ACC_ZH]).reply == "yes"
+    lane = "Lane assist works between 60 and 150 km/h."
+    cruise = "Adaptive cruise control works between 30 and 180 km/h."
+    assert judge_limit("Can I use adaptive cruise at 160 km/h?", [lane, cruise]).reply == "yes"
+    assert judge_limit("Can I use it at 160 km/h?", [lane, cruise]) is None  # which one "it" is is unknown
+    # ... or its entry's title does: the fast charger's sentence never says "charge", its entry does
+    fast = "It accepts up to 150 kW of DC power."
+    question = "Can this car charge at 350 kW?"
+    assert judge_limit(question, [outlet, fast], titles=["Can I power devices?", "How fast can it charge?"]) is None
 
 
 def test_the_model_is_shown_the_numbers_compared():

@@ -242,16 +242,16 @@ _NEEDS = re.compile(r"(?:\b(?:takes?(?:\s+up)?|took|requires?|required|needs?|ne
                     r"\s*(?:about|around|approximately|roughly|at\s+least|约|大约|至少)?\s*$", re.I)
 
 
-def judge_limit(question: str, passages: list[str], about: str = "") -> Limit | None:
+def judge_limit(question: str, passages: list[str], about: str = "", titles: list[str] = ()) -> Limit | None:
     """The reply to "can I tow 1,800 kg?" when the question asks whether its one amount is within
     what the passages allow or need and the sentences most about the question bound it one way: an
     upper bound ("up to 1,500 kg", "do not exceed 50 km/h"), a lower one ("at least 780MB") or a
     range ("between 50 and 100 percent"). None when any of that is unclear, or two sentences
     disagree. `about`: the question in the passages' language (its translation, plan.py), whose words
-    rank their sentences; the amount is the question's own."""
+    rank their sentences; the amount is the question's own. `titles`: each passage's entry title."""
     asked_parts = [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)
                    if _ASKS.search(p)]
-    asking = [p for p in asked_parts if _within(p)]
+    asking = [p for p in asked_parts if _within(p) or _asks_if_due(p)]
     if len(asking) != 1:
         return None
     words = about or question
@@ -269,18 +269,34 @@ def judge_limit(question: str, passages: list[str], about: str = "") -> Limit | 
     value_asked = not decided and _asks_if_it_is(asking[0], q)
     if value_asked:
         decided = _stated(q, question, ranked, terms(without_facts(words)))
+    # "刹车油三年没换了，需要换了吗？": the time since it was last done, against how often it is due
+    due = not decided and _asks_if_due(asking[0]) and not _said_after(_EVERY, q, question)
+    if due:
+        decided = _due(q, _of_kind(ranked, q.kind), question)
     if not decided or decided[0][2] == "unclear":
         return None
     sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
     # "she keeps begging to sit without her booster. Is she allowed to?": a negation anywhere turns it
     # round, unless the bound's sentence says it too, of the thing it bounds ("a minimal installation,
-    # without the Standard system task, will take 1012MB")
-    if not value_asked and not all(_says_too(negation, sentence)
-                                   for negation in _NEGATED.finditer(A_NOT_A.sub("", question))):
+    # without the Standard system task, will take 1012MB"); what is due is told by the time since ("三年
+    # 没换", "not done in 3 years"), whose clause negates nothing asked unless it asks it too
+    told = A_NOT_A.sub("", question)
+    if due:
+        told = "，".join(c for c in _CLAUSE_BREAK.split(normalize(told))
+                        if normalize(q.text) not in c or _DUE.search(c))
+    if not value_asked and not all(_says_too(negation, sentence) for negation in _NEGATED.finditer(told)):
         return None
     # another passage bounding the same kind at other values: which limit is the question's is unclear
-    # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW)
-    if any(other != passage and values != bound for _, other, _, values in decided[1:]):
+    # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW), unless
+    # it bounds something the question never names, in its sentence or its entry's title, where the
+    # deciding one does: "can adaptive cruise stay on at 160?" is not asked of the lane assist's range
+    wanted = terms(without_facts(words))
+
+    def named(said: str, i: int) -> bool:
+        return bool((terms(said) | terms(titles[i] if i < len(titles) else "")) & wanted)
+
+    if any(other != passage and values != bound and (named(said, other) or not named(sentence, passage))
+           for said, other, _, values in decided[1:]):
         return None
     return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
 
@@ -310,8 +326,47 @@ _JUDGED = re.compile(rf"\b(?:{_ACCEPTABLE}|problem|risk\w*|bad|good|wise|recomme
 
 # asking about the user's own doing ("do I need to change it after 3 years?", "should we ..."): what is due,
 # not what a value is
-_DOING = re.compile(r"^\W*\w+\s+(?:i|we|you)\b|\b(?:need|needs|have\s+to|has\s+to|must|should|required|necessary)\b",
-                    re.I)
+_OWED = r"need|needs|have\s+to|has\s+to|must|should"
+_DOING = re.compile(rf"^\W*\w+\s+(?:i|we|you)\b|\b(?:{_OWED}|required|necessary)\b", re.I)
+
+
+# asking whether something is due: "do I need to change it?", "should it be replaced by now?", "需要换了吗？"
+_DUE = re.compile(rf"\b(?:{_OWED}|due|time\s+to)\b|需要|要不要|该", re.I)
+# how often a thing is due: "every 2 years", "each 10,000 km", "每 2 年", "每隔 3 个月"
+_EVERY = re.compile(r"(?:\bevery|\beach|每隔?)(?:\s*[\d.,]+\s*[^\s\d]+\s*(?:or|或者?)\s*(?:every|每)?)?\s*$", re.I)
+
+
+def _asks_if_due(part: str) -> bool:
+    """Whether a question asks if something is due: a yes-or-no question about what has to be done."""
+    part = main_clause(part)
+    return asks_yes_no(part) and bool(_DUE.search(part))
+
+
+def _said_after(words: re.Pattern, q: Quantity, text: str) -> bool:
+    """Whether the amount `q` is said right after `words` in `text` ("every 3 years")."""
+    text = normalize(text)
+    at = text.find(normalize(q.text))
+    return at >= 0 and bool(words.search(text[max(0, at - 30):at]))
+
+
+def _due(q: Quantity, stating: Ranked, question: str) -> list[tuple[str, int, str, frozenset]]:
+    """The reply to "is it due after `q`?" from the sentence most about the question that says how often
+    it is due in `q`'s kind ("every 2 years"): yes once `q` reaches it. No only when the sentence gives
+    no interval of another kind: "every 12 months or 15,000 km, whichever comes first" may be due by
+    the time the user did not say."""
+    for sentence, values, passage in stating:
+        every = [v for v in values if _said_after(_EVERY, v, sentence)]
+        if not every or not on_topic(question, sentence):
+            continue
+        if len(_distinct(every)) != 1:
+            return []
+        v = every[0]
+        others = [w for w in quantities(sentence) if w.kind != q.kind and _said_after(_EVERY, w, sentence)]
+        reached = q.base() >= v.base() * (1 - SAME_SHARE)
+        if others and not reached:
+            return []
+        return [(sentence, passage, "yes" if reached else "no", frozenset({v.base()}))]
+    return []
 
 
 def _asks_if_it_is(asking: str, q: Quantity) -> bool:
