@@ -258,6 +258,10 @@ def test_a_denial_needs_a_source_that_denies():
     assert verifier.check("It switches off automatically after 15 minutes.").ok
     assert verifier.check("No, you do not need to remove the maintenance cover.").ok  # the passage denies it too
     assert Verifier([FAST_ZH]).check("不需要三十六小时，大约需要 30 分钟。").ok is False  # a number still fails
+    # words that begin with 不 and deny nothing ("不足": insufficient) need no denying source
+    brake = Verifier(["如果松开后仍然常亮，可能是刹车油液位过低或制动系统故障。"], question="红灯一直亮着，怎么回事？")
+    assert brake.check("可能是刹车油不足或制动系统故障。").ok
+    assert not brake.check("这不是制动系统故障。").ok
 
 
 WASHER = ("The washer fluid reservoir holds 4 litres and has a blue cap with a windscreen symbol at the front left "

@@ -30,7 +30,11 @@ _LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater|f
 _UPPER_AFTER = re.compile(r"^\s*(?:以下|以内|之内|or\s+(?:less|below|under|lower)\b)", re.I)
 _LOWER_AFTER = re.compile(r"^\s*(?:以上|or\s+(?:more|above|higher|over)\b|and\s+(?:above|over)\b)", re.I)
 # a denial ("it does not switch itself off", "没有备胎") or a negated bound ("do not exceed", "不超过")
-NEGATION = re.compile(r"\b(?:not|no|never|cannot|none|nothing)\b|n't\b|不|没有|没法|无法|无需|无须|别|勿", re.I)
+# 不 begins words that deny nothing: 不足 "insufficient", 不同 "different", 不断 "continually", 不少 "many" (不少于
+# is "no fewer than"), 不久 "soon", 不过 / 不但 / 不仅 "but / not only", 不管 / 不论 "whatever", 不如 "rather",
+# 不停 / 不时 "again and again"
+NEGATION = re.compile(r"\b(?:not|no|never|cannot|none|nothing)\b|n't\b|不(?![足同断久过但仅管论如停时]|少(?!于))"
+                      r"|没有|没法|无法|无需|无须|别|勿", re.I)
 _CLAUSE_START = re.compile(r".*[,;:.!?，；：。！？]", re.S)
 _RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d", re.I)
 
