@@ -96,6 +96,14 @@ def test_a_number_said_about_something_the_kb_never_names_has_no_source():
     assert not zh.check("座椅通风共有 3 档。").ok and zh.check("座椅加热共有 3 档。").ok
 
 
+def test_a_sentence_of_the_passages_words_may_paraphrase_one():
+    passage = ("Do not use the development server in production. It is not designed to be particularly secure, "
+               "stable, or efficient.")
+    verifier = Verifier([passage], "Is it fine to run the built-in server in production as long as debug is off?")
+    assert verifier.grounded("No, it is not fine to run the built-in server in production with debug turned off.")
+    assert not verifier.grounded("No, run it behind nginx with gunicorn workers.")  # words of its own
+
+
 def test_fact_keys_are_one_spelling():
     keys = [f.key for f in extract_facts("1,500 kg, 一千五百公斤, thirty minutes, 30 min, 三十分钟, 百分之八十, 80 %")]
     assert keys == ["1500 kg", "1500 kg", "30 min", "30 min", "30 min", "80 %", "80 %"]

@@ -78,6 +78,7 @@ _REPLY = re.compile(r"^\s*(?:the\s+answer(?:\s+to\s+(?:this|your|the)\s+question
 # the share of a sentence's own words that must be the passages' for Verifier.grounded: a lexical support
 # measure (most of what it says is written there), the same for every KB
 MIN_GROUNDED = 0.6
+OWN_WORDS = 1  # of any sentence, as many words not the passages' are a paraphrase (Verifier.grounded)
 # the words a failed sentence must share with the passage sentence said in its place (Verifier.source_of)
 MIN_SHARED = 2
 # English manner and degree adverbs by their endings ("approximately", "usually", "automatically"), not
@@ -239,15 +240,17 @@ class Verifier:
     def grounded(self, sentence: str) -> bool:
         """Whether a sentence is made of the passages' words and speaks of the question: it shares a term
         with the question, and at least MIN_GROUNDED of its own words (its facts and the question's words
-        aside) are the passages'. What an answer must be when the model's first reply was "I don't know".
-        It uses no word of the question the knowledge base never names: echoed from the question, such a
-        word makes a passage about something else look like the answer ("the key for the Partitioned
-        flag is SESSION_COOKIE_NAME" from a KB that never mentions the flag)."""
+        aside) are the passages', or all but OWN_WORDS. What an answer must be when the model's first reply
+        was "I don't know". It uses no word of the question the knowledge base never names: echoed from the
+        question, such a word makes a passage about something else look like the answer ("the key for the
+        Partitioned flag is SESSION_COOKIE_NAME" from a KB that never mentions the flag)."""
         own = terms(without_facts(sentence))
         if not own & self.question_terms or any(_uses(sentence, terms(sentence), w) for w in self.unnamed):
             return False
         rest = own - self.question_terms
-        return not rest or len(rest & self.passage_terms) >= MIN_GROUNDED * len(rest)
+        # one word of its own is a paraphrase ("with debug turned off" for the passages' "disabled"), not
+        # a claim: a short sentence would otherwise fail on it alone
+        return len(rest - self.passage_terms) <= max(OWN_WORDS, (1 - MIN_GROUNDED) * len(rest))
 
     def source_of(self, check: Check) -> str | None:
         """The passage sentence a failed sentence was drawn from, to say in its place: the one that
