@@ -260,15 +260,16 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     if len(asked) != 1:
         return None
     q = asked[0]
-    decided = [(sentence, passage, *_verdict(q, sentence, values, terms(without_facts(words))))
+    wanted = terms(without_facts(words))
+    decided = [(sentence, passage, *_verdict(q, sentence, values, wanted))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
     decided = [d for d in decided if d[2]]
     if not decided and _asks_if_enough(question, q):
-        decided = _framed(q, _of_kind(ranked, q.kind), terms(without_facts(words)))
+        decided = _framed(q, _of_kind(ranked, q.kind), wanted)
     # a value's question is answered by the value, whatever negation it is asked with
     value_asked = not decided and _asks_if_it_is(asking[0], q)
     if value_asked:
-        decided = _stated(q, question, ranked, terms(without_facts(words)))
+        decided = _stated(q, question, ranked, wanted)
     # "刹车油三年没换了，需要换了吗？": the time since it was last done, against how often it is due
     due = not decided and _asks_if_due(asking[0]) and not _said_after(_EVERY, q, question)
     if due:
@@ -290,8 +291,6 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW), unless
     # it bounds something the question never names, in its sentence or its entry's title, where the
     # deciding one does: "can adaptive cruise stay on at 160?" is not asked of the lane assist's range
-    wanted = terms(without_facts(words))
-
     def named(said: str, i: int) -> bool:
         return bool((terms(said) | terms(titles[i] if i < len(titles) else "")) & wanted)
 
@@ -342,11 +341,14 @@ def _asks_if_due(part: str) -> bool:
     return asks_yes_no(part) and bool(_DUE.search(part))
 
 
+_BEFORE = 40  # characters before a value that say what it is: "up to", "at least", "every"
+
+
 def _said_after(words: re.Pattern, q: Quantity, text: str) -> bool:
-    """Whether the amount `q` is said right after `words` in `text` ("every 3 years")."""
+    """Whether the amount `q` is said right after `words` in `text` ("every 3 years", "up to 1,500 kg")."""
     text = normalize(text)
     at = text.find(normalize(q.text))
-    return at >= 0 and bool(words.search(text[max(0, at - 30):at]))
+    return at >= 0 and bool(words.search(text[max(0, at - _BEFORE):at]))
 
 
 def _due(q: Quantity, stating: Ranked, question: str) -> list[tuple[str, int, str, frozenset]]:
@@ -442,10 +444,8 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
     named = [v for v in values if told.get(_key(v), set()) & wanted]
     said, used = set(), set()
     for v in named or values:
-        at = normalize(sentence).find(normalize(v.text))
-        before = normalize(sentence)[max(0, at - 40):at]
-        needed = bool(_NEEDS.search(before))
-        if at < 0 or not (needed or _LIMIT_WORDS.search(before)):
+        needed = _said_after(_NEEDS, v, sentence)
+        if not (needed or _said_after(_LIMIT_WORDS, v, sentence)):
             continue
         side = sides.get(_key(v), set()) - {None} or ({LOWER} if needed else set())
         if side in ({UPPER}, {LOWER}):
