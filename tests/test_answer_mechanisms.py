@@ -242,6 +242,9 @@ def test_an_identifier_the_question_names_may_be_repeated_and_a_name_the_kb_uses
     assert verifier.check("Debian's installer then saves memory.").ok  # the KB names Debian elsewhere
     assert {f.text for f in verifier.check("You can resize the disk with GParted first.").unsupported} == {"GParted"}
     assert {f.kind for f in identifiers("Run grub-install on /dev/sda, then reboot.")} == {"identifier"}
+    # in Chinese text any capitalised word is a name, which ends where the Chinese characters begin
+    assert [f.key for f in identifiers("在Aurora Companion应用中点击 Climate，再打开SECRET_KEY设置。")] == [
+        "secret_key", "aurora companion", "climate"]
     # quoted, the question's own identifier is still the user's; a quoted label must still be the passages'
     prefixed = Verifier(["from_prefixed_env() loads every variable that starts with the prefix."],
                         "How do I load every environment variable starting with MYAPP_?")

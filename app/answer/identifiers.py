@@ -24,19 +24,24 @@ import unicodedata
 from app.answer.facts import Fact
 
 _BACKTICKED = re.compile(r"`([^`\n]{1,80})`")
+# names are ASCII (re.A): a Chinese answer writes them glued to its own characters ("在Aurora应用中"),
+# which a Unicode \w would take for part of the name
 _PATTERNS = (
-    re.compile(r"(?<![\w.])[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+(?:\(\))?"),  # dotted names
-    re.compile(r"(?<![\w.])[A-Za-z_][\w]*\(\)"),  # calls
-    re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])"),  # snake_case
-    re.compile(r"(?<![\w.-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])"),  # CONSTANT_CASE
-    re.compile(r"(?<![\w.-])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+(?![\w-])"),  # CamelCase
-    re.compile(r"(?<![\w.-])[a-z]{2,}[A-Z][A-Za-z0-9]*(?![\w-])"),  # lowerCamelCase (not units: kW, mAh)
-    re.compile(r"(?<![\w-])--[a-z][\w-]*"),  # long flags
-    re.compile(r"(?<![\w/.])/(?:[\w.-]+/)*[\w.-]*[A-Za-z][\w.-]*"),  # absolute paths
-    re.compile(r"(?<![\w/-])[a-z][\w./-]*=[\w./:-]+"),  # key=value
+    re.compile(r"(?<![\w.])[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+(?:\(\))?", re.A),  # dotted names
+    re.compile(r"(?<![\w.])[A-Za-z_][\w]*\(\)", re.A),  # calls
+    re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])", re.A),  # snake_case
+    re.compile(r"(?<![\w.-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])", re.A),  # CONSTANT_CASE
+    re.compile(r"(?<![\w.-])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+(?![\w-])", re.A),  # CamelCase
+    re.compile(r"(?<![\w.-])[a-z]{2,}[A-Z][A-Za-z0-9]*(?![\w-])", re.A),  # lowerCamelCase (not units: kW, mAh)
+    re.compile(r"(?<![\w-])--[a-z][\w-]*", re.A),  # long flags
+    re.compile(r"(?<![\w/.])/(?:[\w.-]+/)*[\w.-]*[A-Za-z][\w.-]*", re.A),  # absolute paths
+    re.compile(r"(?<![\w/-])[a-z][\w./-]*=[\w./:-]+", re.A),  # key=value
 )
-# a capitalised word (or a run of them) after the sentence's first word: a product, a tool, a module
-_PROPER = re.compile(r"(?<=[a-z0-9,;:)]\s)(?:[A-Z][\w+-]*[a-z][\w+-]*)(?:\s+[A-Z][\w+-]*[a-z][\w+-]*)*")
+# a capitalised word (or a run of them) after the sentence's first word, or anywhere in Chinese text: a
+# product, a tool, a module
+_CJK = "\u3400-\u9fff\u3001\uff0c\uff1a\uff1b"  # Chinese characters and their commas and colons
+_PROPER = re.compile(rf"(?:(?<=[a-z0-9,;:)]\s)|(?<=[{_CJK}])|(?<=[{_CJK}]\s))"
+                     r"(?:[A-Z][\w+-]*[a-z][\w+-]*)(?:\s+[A-Z][\w+-]*[a-z][\w+-]*)*", re.A)
 # inside a dotted name: file names and abbreviations that are words, not identifiers
 _ABBREVIATION = re.compile(r"^(?:[a-z]\.)+[a-z]?$", re.I)
 
@@ -78,7 +83,7 @@ def stated(fact: Fact, text: str) -> bool:
     """Whether `text` (passages, or the question) writes the identifier: the same characters, not
     glued to a longer name."""
     haystack = _clean(text).lower().replace("`", "")
-    return re.search(rf"(?<![\w]){re.escape(fact.key)}(?![\w])", haystack) is not None
+    return re.search(rf"(?<![\w]){re.escape(fact.key)}(?![\w])", haystack, re.A) is not None
 
 
 _PARTS = re.compile(r"[/.=:]|--?")  # what joins the parts of a name: paths, dotted names, key=value, flags
