@@ -522,6 +522,10 @@ def test_eco_modes_top_speed_is_not_said_for_the_car_outside_eco():
     ([REPAIR_KIT], "I've got a puncture in the snow, what now?", "Use the tyre repair kit in the snow.", True),
     ([REPAIR_KIT], "The socket in the boot is dead. Where's the fuse box?", "The fuse box is in the boot.", False),
     ([WASHER], "洗涤液在哪里加？", "洗涤液壶位于仪表板下方。", False),
+    # two words the passage writes as one
+    (["The cabin filter sits behind the glovebox."], "Where is the cabin filter?", "It is behind the glove box.", True),
+    (["The cabin filter sits behind the glove box."], "Where is the cabin filter?", "It is behind the glovebox.", True),
+    (["The cabin filter sits behind the glovebox."], "Where is the cabin filter?", "It is behind the box.", False),
 ])
 def test_a_place_must_be_said_about_the_same_thing(passages, question, answer, ok):
     check = Verifier(passages, question).check(answer)
