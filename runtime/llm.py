@@ -197,11 +197,12 @@ class LLM:
     def generate(self, prompt_ids: list[int], max_new_tokens: int = 256, sampling: SamplingParams | None = None,
                  stop: list[str] | None = None, cancel: threading.Event | None = None,
                  placed: dict[int, KVRows] | None = None, draft: bool = False,
-                 ban_first: frozenset[int] = frozenset()) -> Generation:
+                 ban_first: frozenset[int] = frozenset(), ban: frozenset[int] = frozenset()) -> Generation:
         """`placed`: prompt offset -> kept rows of the tokens starting there (`kv_rows`), placed into
         the cache instead of prefilled (re-rotated to their new positions). `draft`: prompt lookup
         (runtime/lookup.py) for a greedy generation on graphs that score every position. `ban_first`:
-        tokens the answer may not begin with (a reply the caller has already had)."""
+        tokens the answer may not begin with (a reply the caller has already had). `ban`: tokens it may not
+        use at all (a translation into English writes no Chinese)."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) >= self.context:  # at least one slot must stay free for the answer
@@ -214,7 +215,7 @@ class LLM:
                 raise ValueError(f"the rows placed at {offset} are not of the prompt's tokens there")
             end = offset + len(rows.tokens)
         return Generation(self._steps(list(prompt_ids), max_new_tokens, sampling or SamplingParams(),
-                                      stop or [], cancel or threading.Event(), placed or {}, draft, ban_first))
+                                      stop or [], cancel or threading.Event(), placed or {}, draft, ban_first, ban))
 
     def _prefill(self, prompt: list[int], cached: int, placed: dict[int, KVRows]):
         """Feed the prompt from `cached` on, placing kept rows where they start at or after it (the
@@ -232,7 +233,8 @@ class LLM:
         return logits, count
 
     def _steps(self, prompt: list[int], max_new: int, sampling: SamplingParams, stops: list[str],
-               cancel: threading.Event, placed: dict[int, KVRows], draft: bool, ban_first: frozenset[int]):
+               cancel: threading.Event, placed: dict[int, KVRows], draft: bool, ban_first: frozenset[int],
+               ban: frozenset[int]):
         with self._owning():
             start = time.perf_counter()
             dec = self.decoder
@@ -248,14 +250,15 @@ class LLM:
             if ban_first:
                 logits = logits.copy()
                 logits[list(ban_first)] = -np.inf
+            banned = np.fromiter(ban, dtype=np.int64, count=len(ban))
 
             rng = sampling.rng()
             detok = IncrementalDetokenizer(self.tokenizer)
             stop_filter = StopStringFilter(stops)
             history = list(prompt)
             # drafts are checked against greedy picks: sampled answers decode a token per step
-            lookup = (PromptLookup(prompt, self.draft_tokens)
-                      if draft and self.draft_tokens and sampling.greedy and dec.scores_every_position else None)
+            lookup = (PromptLookup(prompt, self.draft_tokens) if draft and not ban and self.draft_tokens
+                      and sampling.greedy and dec.scores_every_position else None)
             picked: list[int] = []  # tokens a checking step has already chosen, in order
             drafted = accepted = 0
             out_ids: list[int] = []
@@ -266,6 +269,9 @@ class LLM:
                 if cancel.is_set():
                     finish = "cancelled"
                     break
+                if ban:
+                    logits = logits.copy()
+                    logits[banned] = -np.inf
                 token = picked.pop(0) if picked else sample_next(logits, sampling, rng, history)
                 if ttft is None:
                     ttft = time.perf_counter() - start

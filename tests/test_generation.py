@@ -51,6 +51,14 @@ def test_prefix_reuse_is_token_identical(tiny_llm, tiny_builds):
         cold_run(tiny_builds["llama"], branched, max_new_tokens=4).token_ids
 
 
+def test_banned_tokens_are_never_chosen(tiny_llm):
+    prompt = [10, 20, 30, 40]
+    free = tiny_llm.generate(prompt, max_new_tokens=12).run().token_ids
+    ban = frozenset(free[:3])
+    held = tiny_llm.generate(prompt, max_new_tokens=12, ban=ban).run().token_ids
+    assert len(held) == 12 and not ban & set(held)
+
+
 def test_seeded_sampling_is_reproducible(tiny_llm):
     prompt = [10, 20, 30, 40]
     params = SamplingParams(temperature=1.5, top_k=50, top_p=0.95, seed=1234)
