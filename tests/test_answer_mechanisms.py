@@ -603,7 +603,8 @@ def test_a_name_misquoted_in_one_part_is_repaired_into_the_passages_sentence():
 MANUAL_EN = ("# Coffee machine\n\n## Descaling\n\nDescale the machine every 3 months, or every month with hard "
              "water.\n\n## Water tank\n\nThe water tank holds 1.8 litres. Fill it with fresh cold water only.\n")
 ENGLISH = {"咖啡机多久除一次垢？": "How often should I descale the coffee machine?",
-           "咖啡机的蒸汽棒怎么清洗？": "How do I clean the steam wand of the coffee machine?"}
+           "咖啡机的蒸汽棒怎么清洗？": "How do I clean the steam wand of the coffee machine?",
+           "水箱里该加什么水？": "What water should I put in the water tank?"}
 
 
 def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checked_in_english(
@@ -612,7 +613,7 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     (a fixed one here), answered in Chinese from the English passage it finds, told to answer in Chinese;
     a value the passage states passes in Chinese, one it does not state fails; a question about what the
     KB never names is refused before the model runs."""
-    from app.answer import plan as planning
+    from app.answer import generation, plan as planning
     from app.answer.pipeline import GroundedGeneration
     from app.answer.types import AnswerRequest
     from app.engine import Engine
@@ -638,8 +639,83 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     descale = "每 3 个月除一次垢，水质硬的话每个月一次。"
     assert answered(descale) == (descale, "answered")
     assert answered("每 6 个月除一次垢。")[1] == "refused"
+    # a sentence of words alone is checked by its English (the model's translation: a fixed one here), its
+    # values as written; a translation with Chinese left in it, or other values, stands for nothing
+    said = {"只能加新鲜的冷水。": "Fill it with fresh cold water only.",
+            "水箱在机器下面。": "The water tank is under the machine.",
+            "只加冷水。": "Only add 冷 water.",
+            "加满为止。": "Fill it with 2 litres."}
+    monkeypatch.setattr(generation, "to_english", lambda llm, text, whole: said[text])
+    plan = engine.plan(AnswerRequest.ask("水箱里该加什么水？"))
+    assert plan.passages[0].title == "Water tank", plan.passages
+    assert answered("只能加新鲜的冷水。") == ("只能加新鲜的冷水。", "answered")
+    assert answered("水箱在机器下面。")[1] == "refused"  # no passage puts it there
+    assert answered("只加冷水。")[1] == "refused"
+    assert answered("加满为止。")[1] == "refused"
     steam = engine.plan(AnswerRequest.ask("咖啡机的蒸汽棒怎么清洗？"))
     assert steam.refusal and "never mentions" in steam.refusal, steam.refusal
+
+
+class _Translator:
+    """A model that translates with a fixed reply; its vocabulary: "a", "中", "b"."""
+
+    def __init__(self, reply: str):
+        from types import SimpleNamespace
+
+        self.reply = reply
+        self.tokenizer = SimpleNamespace(get_vocab_size=lambda: 3, decode_batch=lambda ids: ["a", "中", "b"])
+
+    def encode_chat(self, messages):
+        return [0]
+
+    def encode(self, text, bos=True):
+        return [0] * len(text)
+
+    def generate(self, ids, max_new_tokens, sampling, ban):
+        from types import SimpleNamespace
+
+        from runtime.llm import Delta
+
+        self.banned = ban  # the tokens writing Chinese, when every word must be English
+
+        class Gen:
+            result = SimpleNamespace(finish_reason="stop")
+
+            def __iter__(gen):
+                yield Delta(0, self.reply)
+
+        return Gen()
+
+
+def test_a_translation_that_answers_or_adds_a_number_is_none():
+    from app.answer.translation import to_english
+
+    assert to_english(_Translator("Where do I clamp the black cable?"), "黑色的线夹在哪儿？") == \
+        "Where do I clamp the black cable?"
+    assert to_english(_Translator("Clamp the black cable to the earth point."), "黑色的线夹在哪儿？") == ""
+    assert to_english(_Translator("I have 8 GB left. Is that enough?"), "只剩 8GB 了，够吗？") != ""
+    assert to_english(_Translator("I have 8 GB left, and 10 GB is needed?"), "只剩 8GB 了，够吗？") == ""
+    assert to_english(_Translator("It is behind the glove box."), "在手套箱后面。") == "It is behind the glove box."
+    model = _Translator("It is behind the glove box.")
+    assert to_english(model, "在手套箱后面。", whole=True) and model.banned == {1}
+    assert to_english(model, "在手套箱后面。") and model.banned == set()
+
+
+def test_a_sentence_in_another_language_is_checked_by_its_english_values_by_themselves():
+    """CrossLingualVerifier: a value that fails as written fails, whatever its translation says; words alone pass
+    as their English would, but not about a thing of the question the KB never names; a refusal in any words
+    is one."""
+    from app.answer.across import CrossLingualVerifier
+
+    passages = [MANUAL_EN.split("## Water tank")[1]]
+    english = "What water goes in the water tank and the steam wand?"
+    said = {"水箱能装 2 升。": "The water tank holds 1.8 litres.", "只能加冷水。": "Fill it with cold water only.",
+            "蒸汽棒只能加冷水。": "Fill the steam wand with cold water only.", "我 don't know.": "I don't know."}
+    verifier = CrossLingualVerifier(Verifier(passages, "水箱和蒸汽棒加什么水？", across=True),
+                                    Verifier(passages, english, unnamed={"wand"}), said.get)
+    assert not verifier.check("水箱能装 2 升。").ok
+    assert verifier.check("只能加冷水。").ok and not verifier.check("蒸汽棒只能加冷水。").ok
+    assert verifier.check("我 don't know.").refusal
 
 
 def test_a_translated_question_ranks_the_passages_sentences_by_its_english_words():

@@ -20,12 +20,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 
+from app.answer.across import CrossLingualVerifier
 from app.answer.facts import QUANTITY_KINDS, extract_facts, states_quantity
 from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
 from app.answer.question import answers_kind, asks_number, asks_quantity, on_topic, topic, unit_of, wanted_units
 from app.answer.relevance import content_words, terms
 from app.answer.sentences import SentenceStream, ends_clause, is_lead_in, is_list_marker, split_sentences
+from app.answer.translation import to_english
 from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
 from app.answer.types import Grounding
 from app.voice import speakable
@@ -46,6 +48,7 @@ class _Stop:
         return self._own.is_set() or self._cancel.is_set()
 
 
+_Checks = Verifier | CrossLingualVerifier  # what checks the model's sentences
 MAX_DROPPED = 2  # unsupported sentences after which the model is stopped: it is not answering from the passages
 
 
@@ -138,10 +141,7 @@ class GroundedGeneration:
         if plan.refusal is not None:
             yield from self._emit(plan.dont_know())
             return self._finish("stop", 0, self._grounding("refused", plan.refusal, [], []))
-        verifier = Verifier([p.body for p in plan.passages] + [p.title for p in plan.passages], plan.question,
-                            plan.missing_topic, plan.unnamed, [f"{p.title}\n{p.body}" for p in plan.passages],
-                            expected_reply=plan.limit.reply if plan.limit else None, known_name=plan.known_name,
-                            across=bool(plan.translation))
+        verifier = self._verifier()
         if plan.direct:
             for sentence in split_sentences(plan.direct):
                 yield from self._emit(sentence)
@@ -212,6 +212,19 @@ class GroundedGeneration:
         yield from self._emit(plan.dont_know())
         return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
 
+    def _verifier(self) -> _Checks:
+        """The checks for the model's answer: of the question, or for a translated question (answered in
+        another language than its passages) of its values as written and its words in English."""
+        plan = self.plan
+        of = functools.partial(Verifier, [p.body for p in plan.passages] + [p.title for p in plan.passages],
+                               unknown=plan.missing_topic, unnamed=plan.unnamed,
+                               documents=[f"{p.title}\n{p.body}" for p in plan.passages],
+                               expected_reply=plan.limit.reply if plan.limit else None, known_name=plan.known_name)
+        if not plan.translation:
+            return of(plan.question)
+        return CrossLingualVerifier(of(plan.question, across=True), of(plan.translation),
+                                    functools.partial(to_english, self.llm, whole=True))
+
     def _generate(self, **options):
         """The model's answer to the plan's prompt, stoppable by the caller's cancel and by `_checked`."""
         stop = _Stop(self.cancel)
@@ -219,7 +232,7 @@ class GroundedGeneration:
                                 stop=self.stop, cancel=stop, **options)
         return gen, stop
 
-    def _checked(self, gen, stop, verifier: Verifier, need_number: bool, grounded: bool = False):
+    def _checked(self, gen, stop, verifier: _Checks, need_number: bool, grounded: bool = False):
         """Release the model's sentences as they pass the checks (held back for a quantity question until
         one states a number). A sentence the passages do not support is left out, and so is one after it
         that speaks of it ("This method ..."); the sentences after a left-out one, and every sentence
@@ -227,7 +240,11 @@ class GroundedGeneration:
         stopped at a refusal, a word the KB lacks, or its second unsupported sentence. Returns the `_Draft`."""
         draft = _Draft()
         marker = ""
-        sentences = _sentences(gen, first_clause=self.plan.voice)
+        # a check that needs the model waits for it to finish (CrossLingualVerifier), early clauses gain nothing
+        waits = isinstance(verifier, CrossLingualVerifier)
+        sentences = _sentences(gen, first_clause=self.plan.voice and not waits)
+        if waits:
+            sentences = iter(list(sentences))
         for sentence in chain(sentences, [None]):  # None: the end, where a reply still held is checked alone
             if sentence is None and (not marker or is_lead_in(marker)):
                 break  # an announcement whose sentences were all left out is left out too
@@ -276,7 +293,7 @@ class GroundedGeneration:
             draft.verdict = "unsupported"
         return draft
 
-    def _in_passage_words(self, verifier: Verifier, check: Check, draft: _Draft) -> Check:
+    def _in_passage_words(self, verifier: _Checks, check: Check, draft: _Draft) -> Check:
         """A failed sentence's check, or that of the passage sentence it was drawn from said in its
         place (Verifier.source_of), when that states the kind of value asked for, passes alone, is the
         passages' words and, like any quote, gives no other variant's value (the drive battery's
@@ -293,7 +310,7 @@ class GroundedGeneration:
         draft.quoted += 1
         return repaired
 
-    def _check(self, verifier: Verifier, sentence: str) -> Check:
+    def _check(self, verifier: _Checks, sentence: str) -> Check:
         """Verifier.check, timed until the first sentence is said (a part of the time to it)."""
         started = time.perf_counter()
         check = verifier.check(sentence)
@@ -301,7 +318,7 @@ class GroundedGeneration:
             self._verify_s += time.perf_counter() - started
         return check
 
-    def _grounded(self, verifier: Verifier, sentence: str) -> bool:
+    def _grounded(self, verifier: _Checks, sentence: str) -> bool:
         """A sentence made of the passages' words (Verifier.grounded) that names what the question is most
         specifically about: a repaired answer about the climate's preheating is no answer on the warranty."""
         return verifier.grounded(sentence) and (not self.plan.rarest or names(self.plan.rarest, sentence))
@@ -313,7 +330,7 @@ class GroundedGeneration:
         return (not self.cancel.is_set() and first is not None
                 and on_topic(plan.question, f"{first.title}\n{first.body}"))
 
-    def _complete(self, released: list[Check], verifier: Verifier):
+    def _complete(self, released: list[Check], verifier: _Checks):
         """What the model's answer left out, in the passages' words: for each part of a several-part
         question the answer states nothing of the kind it asks for, its passage sentence; for a yes or
         no about the user's amount, the sentence stating the bound, unless the answer gives its values."""

@@ -8,26 +8,57 @@ the question as asked and answers in its language.
 
 The translation serves retrieval and the checks of the question's words against the passages only:
 the user's numbers and the question the model answers are the original's, as a small model sometimes
-answers the question instead of translating it."""
+answers the question instead of translating it (such a translation, a statement for a question or one
+adding a number, is not used). The answer's sentences that state no value are checked in English too
+(across.py)."""
 
 from __future__ import annotations
 
+import functools
+import re
+
+from app.answer.facts import extract_facts
 from runtime.llm import LLM
 from runtime.sampling import SamplingParams
 
-INSTRUCTION = "Translate each message of the user into English. Reply with the translation only; never answer it."
+INSTRUCTION = ("Translate each message of the user into English. Translate every part of it, with every number and "
+               "unit as written. Reply with the translation only; never answer it.")
 # how a translation looks, shown before the question: a small model asked alone often answers instead
 EXAMPLES = [("这个软件怎么把文件导出成 PDF？", "How do I export a file as a PDF with this software?"),
             ("我家只有 8 GB 内存，装得下吗？", "I only have 8 GB of memory at home. Will it fit?")]
 MAX_TOKENS = 96  # a question of a few sentences; a longer reply is an answer, not a translation
+# what English never writes: Chinese characters and punctuation, and the parts of a character a token may hold
+_NOT_ENGLISH = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef\ufffd]")
 
 
-def to_english(llm: LLM, text: str) -> str:
-    """The text in English, by the model (greedy); "" when it gives nothing usable."""
+@functools.cache
+def _chinese_tokens(llm: LLM) -> frozenset[int]:
+    """The model's tokens that write Chinese (or a part of a character)."""
+    texts = llm.tokenizer.decode_batch([[i] for i in range(llm.tokenizer.get_vocab_size())])
+    return frozenset(i for i, text in enumerate(texts) if _NOT_ENGLISH.search(text))
+
+
+def to_english(llm: LLM, text: str, whole: bool = False) -> str:
+    """The text in English, by the model (greedy); "" when it gives nothing usable: no whole line, a statement
+    for a question, or a number the text does not state (an answer, not a translation). `whole`: no Chinese
+    token allowed, so a word the model would leave as it is gets put into English ("the抬头 display"): what a
+    sentence checked in English needs. Not for a question searched: a word left in Chinese is passed over
+    by the English search, while the English word the model is made to pick may find another entry ("水壶"
+    made "pot" found no passage for the development split's washer-fluid question)."""
     shown = [turn for source, english in EXAMPLES
              for turn in ({"role": "user", "content": source}, {"role": "assistant", "content": english})]
     ids = llm.encode_chat([{"role": "system", "content": INSTRUCTION}, *shown, {"role": "user", "content": text}])
     budget = min(MAX_TOKENS, 2 * len(llm.encode(text, bos=False)) + 8)
-    gen = llm.generate(ids, max_new_tokens=budget, sampling=SamplingParams())
+    ban = _chinese_tokens(llm) if whole else frozenset()
+    gen = llm.generate(ids, max_new_tokens=budget, sampling=SamplingParams(), ban=ban)
     out = "".join(delta.text for delta in gen).strip()
-    return out.splitlines()[0].strip() if out and gen.result.finish_reason == "stop" else ""
+    english = out.splitlines()[0].strip() if out and gen.result.finish_reason == "stop" else ""
+    asked = text.rstrip().endswith(("?", "？"))
+    if (asked and "?" not in english) or not _numbers(english) <= _numbers(text):
+        return ""
+    return english
+
+
+def _numbers(text: str) -> set[str]:
+    """The amounts a text states, without their units: "一百六" is the translation's "160 km/h"."""
+    return {f.key.split()[0] for f in extract_facts(text) if f.kind == "number"}

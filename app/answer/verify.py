@@ -245,12 +245,16 @@ class Verifier:
         question, such a word makes a passage about something else look like the answer ("the key for the
         Partitioned flag is SESSION_COOKIE_NAME" from a KB that never mentions the flag)."""
         own = terms(without_facts(sentence))
-        if not own & self.question_terms or any(_uses(sentence, terms(sentence), w) for w in self.unnamed):
+        if not own & self.question_terms or self.uses_unnamed(sentence):
             return False
         rest = own - self.question_terms
         # one word of its own is a paraphrase ("with debug turned off" for the passages' "disabled"), not
         # a claim: a short sentence would otherwise fail on it alone
         return len(rest - self.passage_terms) <= max(OWN_WORDS, (1 - MIN_GROUNDED) * len(rest))
+
+    def uses_unnamed(self, sentence: str) -> bool:
+        """Whether a sentence uses a word of the question the knowledge base never names."""
+        return any(_uses(sentence, terms(sentence), w) for w in self.unnamed)
 
     def source_of(self, check: Check) -> str | None:
         """The passage sentence a failed sentence was drawn from, to say in its place: the one that
