@@ -115,9 +115,10 @@ ASKING = terms("number phone call ring dial capacity amount size value maximum m
 
 
 # English's vague and judging words: how anyone talks around what they mean ("how low can I set the max charge
-# thing?", "I guess", "a bit", "is it fine to ...", "a good way"), in any domain; a KB lacking them lacks no topic
-_VAGUE = terms("actual thing stuff kind sort bit lot think guess reckon wonder suppose way fine alright sure good "
-               "great nice bad")
+# thing?", "I guess", "it seems", "a bit", "which type", "is it fine to ...", "a good way"), in any domain; a KB
+# lacking them lacks no topic
+_VAGUE = terms("actual thing stuff kind sort type bit lot think guess reckon wonder suppose seem way fine alright "
+               "sure good great nice bad")
 
 
 def incidental(word: str) -> bool:
