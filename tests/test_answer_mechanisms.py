@@ -657,12 +657,13 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
 
 
 class _Translator:
-    """A model that translates with a fixed reply; its vocabulary: "a", "中", "b"."""
+    """A model that translates with a fixed reply (`english`: its reply when no Chinese token is allowed); its
+    vocabulary: "a", "中", "b"."""
 
-    def __init__(self, reply: str):
+    def __init__(self, reply: str, english: str | None = None):
         from types import SimpleNamespace
 
-        self.reply = reply
+        self.reply, self.english = reply, english
         self.tokenizer = SimpleNamespace(get_vocab_size=lambda: 3, decode_batch=lambda ids: ["a", "中", "b"])
 
     def encode_chat(self, messages):
@@ -677,12 +678,13 @@ class _Translator:
         from runtime.llm import Delta
 
         self.banned = ban  # the tokens writing Chinese, when every word must be English
+        reply = self.english if ban and self.english else self.reply
 
         class Gen:
             result = SimpleNamespace(finish_reason="stop")
 
             def __iter__(gen):
-                yield Delta(0, self.reply)
+                yield Delta(0, reply)
 
         return Gen()
 
@@ -693,6 +695,9 @@ def test_a_translation_that_answers_or_adds_a_number_is_none():
     assert to_english(_Translator("Where do I clamp the black cable?"), "黑色的线夹在哪儿？") == \
         "Where do I clamp the black cable?"
     assert to_english(_Translator("Clamp the black cable to the earth point."), "黑色的线夹在哪儿？") == ""
+    # such a reply is tried again with every word English, which leads the model another way
+    assert to_english(_Translator("Clamp the black cable to the earth point.", "Where does the black cable go?"),
+                      "黑色的线夹在哪儿？") == "Where does the black cable go?"
     assert to_english(_Translator("I have 8 GB left. Is that enough?"), "只剩 8GB 了，够吗？") != ""
     assert to_english(_Translator("I have 8 GB left, and 10 GB is needed?"), "只剩 8GB 了，够吗？") == ""
     assert to_english(_Translator("It is behind the glove box."), "在手套箱后面。") == "It is behind the glove box."

@@ -42,9 +42,15 @@ def to_english(llm: LLM, text: str, whole: bool = False) -> str:
     """The text in English, by the model (greedy); "" when it gives nothing usable: no whole line, a statement
     for a question, or a number the text does not state (an answer, not a translation). `whole`: no Chinese
     token allowed, so a word the model would leave as it is gets put into English ("the抬头 display"): what a
-    sentence checked in English needs. Not for a question searched: a word left in Chinese is passed over
-    by the English search, while the English word the model is made to pick may find another entry ("水壶"
-    made "pot" found no passage for the development split's washer-fluid question)."""
+    sentence checked in English needs. Not at first for a question searched: a word left in Chinese is passed
+    over by the English search, while the English word the model is made to pick may find another entry
+    ("水壶" made "pot" found no passage for the development split's washer-fluid question); but a question
+    the model answered instead of translating is tried again so, which leads the model another way."""
+    english = _translated(llm, text, whole)
+    return english if english or whole else _translated(llm, text, True)
+
+
+def _translated(llm: LLM, text: str, whole: bool) -> str:
     shown = [turn for source, english in EXAMPLES
              for turn in ({"role": "user", "content": source}, {"role": "assistant", "content": english})]
     ids = llm.encode_chat([{"role": "system", "content": INSTRUCTION}, *shown, {"role": "user", "content": text}])
