@@ -2,10 +2,10 @@
 
 A Chinese answer drawn from English passages shares no words with them: the verifier can check its
 values (numbers, names, phone numbers), which are written alike in both (`Verifier(across=True)`), but
-a sentence stating none (where a part is, what a light means) has nothing it could be checked by,
-and was left out, so that most such answers were refusals. Such a sentence is put into English by the model
-(translation.to_english) and checked as the model's English answer to the translated question would
-be. The translation is made without the passages: a word of theirs in it is the sentence's own
+a sentence stating none (where a part is, what a light means) has nothing it could be checked by, and
+was left out, so that most such answers were refusals. Such a sentence is put into English by the
+model (translation.to_english) and checked as the model's English answer to the translated question
+would be. The translation is made without the passages: a word of theirs in it is the sentence's own
 meaning, not copied from them.
 
 The model owns one KV cache, so a translation cannot run while the answer is being generated: an
@@ -14,17 +14,16 @@ answer checked this way is generated whole first, then checked sentence by sente
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from functools import lru_cache
 
 from app.answer.facts import Fact, extract_facts
+from app.answer.translation import writes_chinese
 from app.answer.verify import Check, Verifier
 
 # what the value check cannot decide for a sentence in another language: a sentence of words alone, its
 # negation and its reply. A value or name that failed is wrong in any language.
 _WORDS = frozenset({"unchecked", "negation", "reply"})
-_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 class CrossLingualVerifier:
@@ -40,8 +39,7 @@ class CrossLingualVerifier:
         """The sentence in English, or "" when the translation cannot stand for it: Chinese left in it,
         or values other than the sentence's (the model answered it instead of translating it)."""
         english = self._translate(sentence.strip())
-        keys = lambda text: {f.key for f in extract_facts(text)}  # noqa: E731
-        if not english or _CJK.search(english) or keys(english) != keys(sentence):
+        if not english or writes_chinese(english) or _keys(english) != _keys(sentence):
             return ""
         return english
 
@@ -73,3 +71,7 @@ class CrossLingualVerifier:
 
     def source_of(self, check: Check) -> str | None:
         return self.native.source_of(check)
+
+
+def _keys(text: str) -> set[str]:
+    return {f.key for f in extract_facts(text)}

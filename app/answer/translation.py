@@ -31,11 +31,15 @@ MAX_TOKENS = 96  # a question of a few sentences; a longer reply is an answer, n
 _NOT_ENGLISH = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef\ufffd]")
 
 
+def writes_chinese(text: str) -> bool:
+    return bool(_NOT_ENGLISH.search(text))
+
+
 @functools.cache
 def _chinese_tokens(llm: LLM) -> frozenset[int]:
     """The model's tokens that write Chinese (or a part of a character)."""
     texts = llm.tokenizer.decode_batch([[i] for i in range(llm.tokenizer.get_vocab_size())])
-    return frozenset(i for i, text in enumerate(texts) if _NOT_ENGLISH.search(text))
+    return frozenset(i for i, text in enumerate(texts) if writes_chinese(text))
 
 
 def to_english(llm: LLM, text: str, whole: bool = False) -> str:
