@@ -24,7 +24,7 @@ import unicodedata
 from app.answer.facts import Fact
 
 _BACKTICKED = re.compile(r"`([^`\n]{1,80})`")
-# names are ASCII (re.A): a Chinese answer writes them glued to its own characters ("在Aurora应用中"),
+# names are ASCII (re.A): a Chinese answer writes them glued to its own characters ("在Settings应用中"),
 # which a Unicode \w would take for part of the name
 _PATTERNS = (
     re.compile(r"(?<![\w.])[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)+(?:\(\))?", re.A),  # dotted names

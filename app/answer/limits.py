@@ -270,7 +270,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     value_asked = not decided and _asks_if_it_is(asking[0], q)
     if value_asked:
         decided = _stated(q, question, ranked, wanted)
-    # "刹车油三年没换了，需要换了吗？": the time since it was last done, against how often it is due
+    # "净水器滤芯一年没换了，该换了吗？": the time since it was last done, against how often it is due
     due = not decided and _asks_if_due(asking[0]) and not _said_after(_EVERY, q, question)
     if due:
         decided = _due(q, _of_kind(ranked, q.kind), question)
@@ -279,8 +279,8 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
     # "she keeps begging to sit without her booster. Is she allowed to?": a negation anywhere turns it
     # round, unless the bound's sentence says it too, of the thing it bounds ("a minimal installation,
-    # without the Standard system task, will take 1012MB"); what is due is told by the time since ("三年
-    # 没换", "not done in 3 years"), whose clause negates nothing asked unless it asks it too
+    # without the Standard system task, will take 1012MB"); what is due is told by the time since ("一年
+    # 没换", "not done in a year"), whose clause negates nothing asked unless it asks it too
     told = A_NOT_A.sub("", question)
     if due:
         told = "，".join(c for c in _CLAUSE_BREAK.split(normalize(told))
@@ -290,7 +290,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     # another passage bounding the same kind at other values: which limit is the question's is unclear
     # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW), unless
     # it bounds something the question never names, in its sentence or its entry's title, where the
-    # deciding one does: "can adaptive cruise stay on at 160?" is not asked of the lane assist's range
+    # deciding one does: "can the kettle run on 250 V?" is not asked of the toaster's range
     def named(said: str, i: int) -> bool:
         return bool((terms(said) | terms(titles[i] if i < len(titles) else "")) & wanted)
 

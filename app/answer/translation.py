@@ -45,10 +45,10 @@ def _chinese_tokens(llm: LLM) -> frozenset[int]:
 def to_english(llm: LLM, text: str, whole: bool = False) -> str:
     """The text in English, by the model (greedy); "" when it gives nothing usable: no whole line, a statement
     for a question, or a number the text does not state (an answer, not a translation). `whole`: no Chinese
-    token allowed, so a word the model would leave as it is gets put into English ("the抬头 display"): what a
+    token allowed, so a word the model would leave as it is gets put into English ("the滤网 cover"): what a
     sentence checked in English needs. Not at first for a question searched: a word left in Chinese is passed
     over by the English search, while the English word the model is made to pick may find another entry
-    ("水壶" made "pot" found no passage for the development split's washer-fluid question); but a question
+    (a container's Chinese name made "pot" found no passage for a development question); but a question
     the model answered instead of translating is tried again so, which leads the model another way."""
     english = _translated(llm, text, whole)
     return english if english or whole else _translated(llm, text, True)
@@ -70,5 +70,5 @@ def _translated(llm: LLM, text: str, whole: bool) -> str:
 
 
 def _numbers(text: str) -> set[str]:
-    """The amounts a text states, without their units: "一百六" is the translation's "160 km/h"."""
+    """The amounts a text states, without their units: "一百二" is the translation's "120 km/h"."""
     return {f.key.split()[0] for f in extract_facts(text) if f.kind == "number"}

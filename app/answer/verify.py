@@ -483,7 +483,7 @@ class Verifier:
         wanted = about | self.question_terms
         # the place as the sentence writes it: a menu path's words ("在中控屏上打开“设置”→…") are not in s.terms
         # a stem's longer or shorter spelling names it too: the driver's "dash" is the dashboard
-        # and two words written as one: "the glove box" is the passages' "glovebox"
+        # and two words written as one: "the tool box" is the passages' "toolbox"
         return any((all(_shares_stem(terms(s.text), t) for t in place.key) or _written_together(place.text, s.text))
                    and (s.asked or (s.terms - place.key) & wanted) for s in self.place_sources)
 
@@ -556,7 +556,7 @@ def _same_item(a: str, b: str) -> bool:
 
 
 def _written_together(words: str, text: str) -> bool:
-    """Whether two neighbouring English words are one word of the text: "glove box", "glovebox"."""
+    """Whether two neighbouring English words are one word of the text: "tool box", "toolbox"."""
     pairs = zip(found := re.findall(r"[a-z]+", words.lower()), found[1:])
     return any(re.search(rf"\b{a}{b}\b", text, re.I) for a, b in pairs if len(a) > 2 and len(b) > 2)
 
