@@ -221,6 +221,9 @@ def test_spoken_chinese_numbers_and_tables():
     # a table row's numbers are numbers, not a phone number; a phone number spoken in groups still is one
     assert [f.kind for f in extract_facts("KDE Plasma 4584 1316 5900")] == ["number"] * 3
     assert [f.kind for f in extract_facts("call 800 555 0199")] == ["phone"]
+    # 一 is a count before a unit, like English "one"; before a measure word it is the article "a"
+    assert [f.key for f in extract_facts("把交换空间放在一个普通文件上，用一种文件系统")] == []
+    assert [f.key for f in extract_facts("需要两个适配器，一公里后，按一次")] == ["2", "1 km", "1 times"]
 
 
 @pytest.mark.parametrize("answer, invented", [

@@ -127,7 +127,9 @@ def _zh_numbers(text: str) -> str:
         before, after = text[max(0, m.start() - 1):m.start()], text[m.end():m.end() + 2]
         if not percent and _ZH_NOT_NUMBER.match(text, m.start() - (1 if before in "统万唯之第星周" else 0)):
             return m.group(0)
-        if not percent and number == "一" and not re.match(_UNIT_ALT + "|个|次|种|位|款", after):
+        # like English "one", 一 is the article ("一个文件": a file) far more often than a count: a
+        # number only before a unit
+        if not percent and number == "一" and not re.match(_UNIT_ALT, after):
             return m.group(0)
         value = _zh_value(number)
         return f"{value}%" if percent else f" {value} "
