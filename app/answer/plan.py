@@ -416,16 +416,24 @@ def _places(kb, words: dict[str, str]) -> dict[str, int]:
     return {t: count(word) or next(filter(None, map(count, base_forms(word))), 0) for t, word in words.items()}
 
 
-# English derivation: a negative prefix and a suffix that makes a quality or a state of a word
+# English derivation: a negative prefix and a suffix that makes a quality or a state of a word, or
+# compares it ("darker", "easiest")
 _NEGATIVE = re.compile(r"^(?:un|non|dis|mis)(?=[a-z]{4})")
 _DERIVED = re.compile(r"(?<=[a-z]{3})(?:ability|ibility|able|ible|ness|ment|ful|less)$")
+_COMPARED = re.compile(r"(?<=[a-z]{4})(?:er|est)$")
 
 
 def base_forms(word: str) -> list[str]:
     """The words an English word is derived from: "unreadable" -> "readable", "read"; "misconfigured" ->
-    "configured". Empty for a word with neither affix (and for Chinese)."""
+    "configured"; "darker" -> "dark", "larger" -> "large", "bigger" -> "big", "easiest" -> "easy".
+    Empty for a word with no such affix (and for Chinese)."""
     form = _NEGATIVE.sub("", word.lower())
-    return [f for f in dict.fromkeys([form, _DERIVED.sub("", form)]) if f != word.lower()]
+    forms = [form, _DERIVED.sub("", form)]
+    if _COMPARED.search(form):
+        stem = _COMPARED.sub("", form)
+        forms += [stem, stem + "e", stem[:-1] if stem[-1] == stem[-2] else stem,
+                  stem[:-1] + "y" if stem.endswith("i") else stem]
+    return [f for f in dict.fromkeys(forms) if f != word.lower()]
 
 
 def _unknown_words(words: dict[str, str], places: dict[str, int], passages: list[Passage]) -> dict[str, str]:
