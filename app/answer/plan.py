@@ -430,9 +430,9 @@ def base_forms(word: str) -> list[str]:
     form = _NEGATIVE.sub("", word.lower())
     forms = [form, _DERIVED.sub("", form)]
     if _COMPARED.search(form):
-        stem = _COMPARED.sub("", form)
-        forms += [stem, stem + "e", stem[:-1] if stem[-1] == stem[-2] else stem,
-                  stem[:-1] + "y" if stem.endswith("i") else stem]
+        stem = _COMPARED.sub("", form)  # the spelling the ending changed, undone: easi-, bigg-, larg-
+        forms += ([stem[:-1] + "y"] if stem.endswith("i") else [stem[:-1]] if stem[-1] == stem[-2]
+                  else [stem, stem + "e"])
     return [f for f in dict.fromkeys(forms) if f != word.lower()]
 
 
