@@ -514,6 +514,7 @@ def test_function_words_and_judging_words_name_no_topic():
 
     assert terms("whenever it logs an error anywhere") == terms("it logs an error")
     assert terms("it keeps saying it can't find my key. what now?") == terms("it keeps it can't find my key")
+    assert terms("the log tells me it needs the others") == terms("the log")  # function words inflected
     topic = _topic_words("Is it fine to run the built-in server in production?")
     assert set(topic) == {"run", "built", "serve", "produ"}
 

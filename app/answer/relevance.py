@@ -62,8 +62,10 @@ def _stem(word: str) -> str:
 
 
 def _english_terms(text: str) -> dict[str, str]:
-    """English word stems (`_stem`) and a word each stands for; `text` is normalized."""
-    return {_stem(w): w for w in _WORD.findall(text) if w not in _STOP and len(w) > 2}
+    """English word stems (`_stem`) and a word each stands for; `text` is normalized. A function word
+    inflected ("tells", "needs", "others") says as little as the word itself."""
+    return {_stem(w): w for w in _WORD.findall(text) if w not in _STOP and _SUFFIX.sub("", w) not in _STOP
+            and len(w) > 2}
 
 
 def term_words(text: str) -> dict[str, str]:
