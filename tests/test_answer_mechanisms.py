@@ -305,6 +305,22 @@ def test_a_reply_resting_only_on_the_users_number_needs_a_passage_value_of_its_k
     assert chains.check("Yes, you can drive at 40 km/h with chains.").ok
 
 
+KEEP = ("FILE_MAX_AGE\nHow long a browser may keep a served file before asking for it again, in seconds.\n"
+        "If None, browsers ask every time.\nDefault: None")
+
+
+def test_the_users_amount_stated_back_is_a_yes_that_needs_a_source():
+    """"Does it tell browsers to keep files for 12 hours?" answered "it tells browsers to keep files for 12
+    hours" says yes without the word ("tells" says no more than the question's "tell")."""
+    question = "If I configure nothing, does the server tell browsers to keep files for 12 hours?"
+    verifier = Verifier([KEEP], question)
+    check = verifier.check("If you configure nothing, the server tells browsers to keep files for 12 hours.")
+    assert [(f.kind, f.key) for f in check.unsupported] == [("reply", "yes")]
+    assert verifier.check("No, by default browsers ask every time.").ok
+    stated = Verifier([KEEP.replace("Default: None", "Default: 12 hours")], question)
+    assert stated.check("The server tells browsers to keep files for 12 hours.").ok  # the passage's value
+
+
 class _TwoAnswers:
     """A model that first says "I don't know" and, told not to begin so, its next best answer."""
 

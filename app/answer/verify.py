@@ -36,7 +36,8 @@ from app.answer.identifiers import identifiers, misquoted
 from app.answer.identifiers import stated as written_in
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
-from app.answer.question import about_ruled_out, asks_amount, parts, phone_topic, ruled_out, unit_of
+from app.answer.question import (about_ruled_out, asks_amount, asks_yes_no, main_clause, parts, phone_topic,
+                                 ruled_out, unit_of)
 from app.answer.relevance import in_context, term_words, terms
 from app.answer.sentences import clauses, split_sentences
 
@@ -168,6 +169,7 @@ class Verifier:
         self.spans = [{k for k in self.qualifiers if k.endswith(" " + u)} for u in set(units) if units.count(u) > 1]
         # the reply the passages' bound gives a question about the user's own amount (limits.judge_limit)
         self.expected_reply = expected_reply
+        self.yes_no = asks_yes_no(question)
         self.passage_terms = set().union(*(s.terms for s in said))
         # the units the passages give numbers in (None: bare numbers)
         self.passage_units = {unit_of(f) for s in said for f in extract_facts(s.text) if f.kind == "number"}
@@ -235,6 +237,13 @@ class Verifier:
                         # can only rest on the user's number
                         or (facts and theirs and not {unit_of(f) for f in facts} & self.passage_units)):
             unsupported.append(Fact("reply", answered, sentence.strip()))
+        # the user's own amounts stated back as the answer to their yes-or-no question ("if you configure
+        # nothing, it caches the files for 12 hours") say yes without the word, and need what a yes needs:
+        # a passage stating them, or words of the passages beyond the question's
+        elif (not reply and theirs and any(unit_of(f) for f in facts) and self.yes_no
+              and self.expected_reply != "yes" and not NEGATION.search(main_clause(rest))
+              and not self._adds(rest) and not any(self.names.supports(f) for f in facts)):
+            unsupported.append(Fact("reply", "yes", sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
 
     def grounded(self, sentence: str) -> bool:
