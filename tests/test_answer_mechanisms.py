@@ -136,6 +136,9 @@ SETTINGS = ("SESSION_TIMEOUT\nHow long an idle session is kept before the user m
     # nor is what the user has to do: a session idle for 2 hours is past its 30 minutes, no "no"
     ("Do I need to sign in again after 2 hours idle?", None),
     ("Does the user have to sign in again after 45 minutes?", None),
+    # a default is what holds when nothing is set: no reply to a user who sets their own value
+    ("I set SESSION_TIMEOUT = 120. Does an idle session end after 2 hours?", None),
+    ("I changed the timeout to 7200. Does an idle session now end after 2 hours?", None),
 ])
 def test_a_question_whether_a_value_is_the_users_amount_is_answered_by_the_value(question, reply):
     assert _reply(question, SETTINGS) == reply

@@ -379,18 +379,26 @@ def _asks_if_it_is(asking: str, q: Quantity) -> bool:
             and (normalize(q.text) in normalize(clause) or bool(_POINTS_BACK.search(clause))))
 
 
+# the user setting a value of their own ("X = 1800", "set it to 40 percent", "调到百分之四十"), and a value
+# the passages give as what holds when nothing is set
+_SETS = re.compile(r"=\s*\S|\b(?:set|sets|changed?|configured?)\b[^.?!,;]*?\bto\s+\S"
+                   r"|设为|设成|设置[为成]|调到|改[成为]", re.I)
+_DEFAULT = re.compile(r"\bdefaults?\b|默认", re.I)
+
+
 def _stated(q: Quantity, question: str, ranked: Ranked, wanted: set[str]) -> list[tuple[str, int, str, frozenset]]:
     """The reply to "is it `q`?" from the sentence most about the question that states a value of its
     kind, or its very number bare ("Defaults to 4093."): yes when that value is `q` (within SAME_SHARE),
     no when it is another of the same kind; none when the sentence is about none of the question's
     topic or names several values alike. A bare number of another size decides nothing: what it counts
-    is unknown."""
+    is unknown; nor does a default when the user sets a value themselves ("I set the lifetime = 1800.
+    Does it expire after 30 minutes?" is not asked of the 31 days that hold when nothing is set)."""
     for sentence, values, passage in ranked:
         candidates = [v for v in values if v.kind == q.kind or (v.kind is None and v.value == q.value)]
         if not candidates:
             continue
         named = _distinct(_named(sentence, candidates, wanted)) if on_topic(question, sentence) else []
-        if len(named) != 1:
+        if len(named) != 1 or (_DEFAULT.search(sentence) and _SETS.search(question)):
             return []
         v = named[0]
         same = v.kind is None or abs(v.base() - q.base()) <= SAME_SHARE * max(v.base(), q.base())
