@@ -9,6 +9,8 @@ device will run. What differs between KBs comes from the KB's answer profile (kn
 
 from __future__ import annotations
 
+import re
+
 from knowledge.profile import AnswerProfile
 
 
@@ -37,9 +39,31 @@ def with_system(messages: list[dict], instructions: list[str]) -> list[dict]:
     return [{"role": "system", "content": system}] + [m for m in messages if m["role"] != "system"]
 
 
+PASSAGE = "Passage"  # what the prompt calls each passage, before its number
+
+
 def passage_text(index: int, head: str, body: str) -> str:
     """One passage as the model reads it; `head`: "FAQ: <question>" for an FAQ entry, else its section."""
-    return f"Passage {index} ({head}):\n{body}"
+    return f"{PASSAGE} {index} ({head}):\n{body}"
+
+
+_NUMBERS = r"\d+(?:\s*(?:,|and|&)\s*\d+)*"
+# an answer pointing at the prompt's passages, which the user never sees: "(Passage 2)", "as shown in
+# Passage 2", "according to passages 1 and 3"
+_MENTION = re.compile(rf"\s*\((?:see\s+)?{PASSAGE}s?\s+{_NUMBERS}\)|,?\s*(?:(?:as\s+)?(?:shown|described|stated|"
+                      rf"explained|mentioned|given|seen)\s+)?(?:in|from|per|see|according\s+to)\s+(?:the\s+)?"
+                      rf"{PASSAGE}s?\s+{_NUMBERS}", re.I)
+
+
+def without_passage_mentions(sentence: str) -> str:
+    """An answer's sentence without its mentions of the prompt's passages (the instructions ask for none,
+    and a small model still writes them): "Set it as shown in Passage 2." is "Set it."."""
+    out = _MENTION.sub("", sentence)
+    if out == sentence:
+        return sentence
+    out = re.sub(r"^\s*[,;:]?\s*", "", out)
+    out = re.sub(r"\s+([.,;:!?])", r"\1", out)
+    return out[:1].upper() + out[1:] if sentence[:1].isupper() else out
 
 
 PASSAGE_SEP = "\n\n"  # between passages (app/answer/passages.py reads the spans of passages with it)

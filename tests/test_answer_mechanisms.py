@@ -619,6 +619,29 @@ def test_an_invented_fact_is_not_repaired_from_the_passages(answer):
     assert "own words" not in grounding.reason and text not in passage, text
 
 
+@pytest.mark.parametrize("said, meant", [
+    ("To get both, modify the template as shown in Passage 2. ", "To get both, modify the template. "),
+    ("According to Passage 1, the limit is 16 MB.", "The limit is 16 MB."),
+    ("Set MAX_CONTENT_LENGTH (Passage 1).", "Set MAX_CONTENT_LENGTH."),
+    ("Use from_file() from passages 1 and 2 to load it.", "Use from_file() to load it."),
+    ("The passage on uploads says so.", "The passage on uploads says so."),  # no passage of the prompt's
+])
+def test_what_an_answer_says_of_the_prompts_passages_is_left_out(said, meant):
+    from knowledge.prompts import without_passage_mentions
+
+    assert without_passage_mentions(said) == meant
+
+
+def test_an_answer_pointing_at_a_passage_is_said_without_it():
+    """The user never sees "Passage 1": the sentence is checked and said without it, not dropped for its
+    "1"."""
+    text, grounding = _generate(_Says("Configure a logging.handlers.SMTPHandler to send an email when errors are "
+                                      "logged, as described in Passage 1."),
+                                "How do I get an email when my app logs an error?", ERRORS)
+    assert text == "Configure a logging.handlers.SMTPHandler to send an email when errors are logged."
+    assert grounding.decision == "answered", grounding.reason
+
+
 def test_a_name_misquoted_in_one_part_is_repaired_into_the_passages_sentence():
     text, grounding = _generate(_Says("Use a logging.handlers.MailHandler to send an email when errors are logged."),
                                 "How do I get an email when my app logs an error?", ERRORS)

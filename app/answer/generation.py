@@ -31,6 +31,7 @@ from app.answer.translation import to_english
 from app.answer.verify import Check, Verifier, is_bare_reply, refers_back
 from app.answer.types import Grounding
 from app.voice import speakable
+from knowledge.prompts import without_passage_mentions
 from runtime.llm import LLM
 from runtime.sampling import SamplingParams
 
@@ -430,9 +431,10 @@ def _covers(part: str, answer: str, sentence: str) -> bool:
 
 
 def _sentences(gen, first_clause: bool = False) -> Iterator[str]:
-    """The units of the model's answer: sentences, and with `first_clause` (spoken) a long first clause."""
+    """The units of the model's answer: sentences, and with `first_clause` (spoken) a long first clause;
+    what they say of the prompt's passages ("as shown in Passage 2") left out, as the user never saw them."""
     stream = SentenceStream(first_clause)
     for delta in gen:
-        yield from stream.push(delta.text)
-    yield from stream.flush()
+        yield from map(without_passage_mentions, stream.push(delta.text))
+    yield from map(without_passage_mentions, stream.flush())
 
