@@ -243,7 +243,9 @@ class GroundedGeneration:
         marker = ""
         # a check that needs the model waits for it to finish (CrossLingualVerifier), early clauses gain nothing
         waits = isinstance(verifier, CrossLingualVerifier)
-        sentences = _sentences(gen, first_clause=self.plan.voice and not waits)
+        # what the model says of the prompt's passages ("as shown in Passage 2") is left out: the user never
+        # sees them (a plain chat, with no passages, is said as written)
+        sentences = map(without_passage_mentions, _sentences(gen, first_clause=self.plan.voice and not waits))
         if waits:
             sentences = iter(list(sentences))
         for sentence in chain(sentences, [None]):  # None: the end, where a reply still held is checked alone
@@ -431,10 +433,9 @@ def _covers(part: str, answer: str, sentence: str) -> bool:
 
 
 def _sentences(gen, first_clause: bool = False) -> Iterator[str]:
-    """The units of the model's answer: sentences, and with `first_clause` (spoken) a long first clause;
-    what they say of the prompt's passages ("as shown in Passage 2") left out, as the user never saw them."""
+    """The units of the model's answer: sentences, and with `first_clause` (spoken) a long first clause."""
     stream = SentenceStream(first_clause)
     for delta in gen:
-        yield from map(without_passage_mentions, stream.push(delta.text))
-    yield from map(without_passage_mentions, stream.flush())
+        yield from stream.push(delta.text)
+    yield from stream.flush()
 
