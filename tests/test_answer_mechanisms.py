@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.answer.extractive import extract_answer
 from app.answer.facts import extract_facts, normalize
 from app.answer.identifiers import identifiers
 from app.answer.limits import comparison_note, judge_limit
@@ -702,6 +703,15 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     assert answered("加满为止。")[1] == "refused"
     steam = engine.plan(AnswerRequest.ask("咖啡机的蒸汽棒怎么清洗？"))
     assert steam.refusal and "never mentions" in steam.refusal, steam.refusal
+
+
+def test_a_quote_for_where_something_is_says_where():
+    """Of an entry's sentences, the one stating the kind of answer asked for is quoted first: for "where",
+    the sentence placing the button, though another shares more of the question's words."""
+    passage = ("Press the emergency call button to call the emergency services without a phone. "
+               "The SOS button is in the overhead console.")
+    quote = extract_answer("Where is the emergency call button located?", passage)
+    assert "The SOS button is in the overhead console." in quote
 
 
 class _Translator:

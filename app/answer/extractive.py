@@ -38,8 +38,9 @@ def extract_answer(question: str, passage: str, similarity: Similarity | None = 
         chosen = {_best_for(part, sentences, similarity) for part in asked[:MAX_PARTS]}
     else:
         ranked = _ranked(question, sentences, similarity)
-        best = ranked[0][1]
-        chosen = {ranked[0][0]} | {i for i, v in ranked[1:max_sentences] if v >= 0.6 * best and v > 0}
+        first = _of_kind(question, sentences, ranked)
+        best = dict(ranked)[first]
+        chosen = {first} | {i for i, v in ranked[:max_sentences] if i != first and v >= 0.6 * best and v > 0}
     wanted = terms(question)
     safety = next((i for i in range(len(sentences)) if _SAFETY.search(sentences[i]) and i not in chosen), None)
     if safety is not None and terms(sentences[safety]) & wanted:
@@ -56,10 +57,15 @@ def best_sentence(question: str, passage: str, similarity: Similarity | None = N
 
 
 def _best_for(part: str, sentences: list[str], similarity: Similarity | None) -> int:
-    """The best sentence for one part of a question, among those stating the kind of value it asks
-    for when any does ("要收钱吗？": the sentence saying it is free)."""
-    ranked = [i for i, _ in _ranked(part, sentences, similarity)]
-    return next((i for i in ranked if answers_kind(part, sentences[i])), ranked[0])
+    """The best sentence for one part of a question (`_of_kind`)."""
+    return _of_kind(part, sentences, _ranked(part, sentences, similarity))
+
+
+def _of_kind(question: str, sentences: list[str], ranked: list[tuple[int, float]]) -> int:
+    """The best ranked sentence among those stating the kind of value the question asks for when any
+    does ("要收钱吗？": the sentence saying it is free; "where is it?": the one saying where, not the one
+    saying what it does)."""
+    return next((i for i, _ in ranked if answers_kind(question, sentences[i])), ranked[0][0])
 
 
 def _ranked(question: str, sentences: list[str], similarity: Similarity | None) -> list[tuple[int, float]]:

@@ -94,7 +94,8 @@ def asks_quantity(question: str) -> bool:
 
 
 def asks_phone(question: str) -> bool:
-    return bool(_PHONE.search(question))
+    """A question for a phone number: not one asking where a call button is."""
+    return bool(_PHONE.search(question)) and not asks_place(question)
 
 
 def asks_amount(question: str) -> bool:
@@ -109,9 +110,10 @@ def asks_number(question: str) -> bool:
 
 
 # words that say what kind of answer is wanted, not what it is about ("the lowest charge limit" asks
-# about the charge limit)
+# about the charge limit, "how often" for an interval, "where is it located" for a place)
 ASKING = terms("number phone call ring dial capacity amount size value maximum minimum lowest highest fastest "
-               "slowest longest shortest biggest smallest largest heaviest lightest earliest latest furthest")
+               "slowest longest shortest biggest smallest largest heaviest lightest earliest latest furthest "
+               "often located location position situated")
 
 
 # English's vague and judging words: how anyone talks around what they mean ("how low can I set the max charge
