@@ -705,6 +705,34 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     assert steam.refusal and "never mentions" in steam.refusal, steam.refusal
 
 
+MANUAL_LIGHTS = ("# Kettle\n\n## Descale light\n\nThe amber drop light means the kettle needs descaling. Descale it "
+                 "within 2 weeks of the light coming on.\n\n## Base\n\nThe base has a cord store underneath.\n")
+
+
+def test_a_word_the_kb_never_writes_stops_a_quote_of_a_value_or_a_reply_not_of_a_meaning(
+        smollm_build, minilm_build, tmp_path):
+    """"the panel" is a word the KB never writes, one among the question's words: what the light means is
+    still quoted from its entry, but not how long it may stay on, nor whether it may be ignored, as the
+    entry's values and reply may be about something else than what the word names."""
+    from app.answer.types import AnswerRequest
+    from app.engine import Engine
+    from app.settings import Settings
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+
+    (tmp_path / "manual.md").write_text(MANUAL_LIGHTS)
+    with KnowledgeBase.open(tmp_path / "kb", Embedder(minilm_build)) as kb:
+        kb.ingest([tmp_path / "manual.md"], progress=False)
+    engine = Engine.load(Settings(llm=smollm_build, embedder=minilm_build, kb=tmp_path / "kb"))
+    meaning = engine.plan(AnswerRequest.ask("What does the amber drop light on the panel mean?"))
+    assert "panel" in meaning.unnamed and not meaning.missing_topic, (meaning.unnamed, meaning.missing_topic)
+    assert meaning.extractive.startswith("The amber drop light means the kettle needs descaling.")
+    for question in ("How many weeks may the amber drop light on the panel stay on?",
+                     "Can I ignore the amber drop light on the panel for a month?"):
+        plan = engine.plan(AnswerRequest.ask(question))
+        assert plan.passages[0].title == "Descale light" and "panel" in plan.unnamed and not plan.extractive
+
+
 def test_a_quote_for_where_something_is_says_where():
     """Of an entry's sentences, the one stating the kind of answer asked for is quoted first: for "where",
     the sentence placing the button, though another shares more of the question's words."""

@@ -22,8 +22,8 @@ from app.answer.identifiers import identifiers, stated
 from app.answer.passages import (BUDGET_MARGIN, COVERAGE_WEIGHT, Passage, confidence, confident, language,
                                  passage_prompt, select)
 from app.answer.limits import Limit, bound_sentence, comparison_note, judge_limit
-from app.answer.question import (ASKING, answers_kind, asks_phone, asks_yes_no, asks_yes_no_somewhere, incidental,
-                                 meant, on_topic, parts, topic)
+from app.answer.question import (ASKING, answers_kind, asks_phone, asks_quantity, asks_yes_no, asks_yes_no_somewhere,
+                                 incidental, meant, on_topic, parts, topic)
 from app.answer.relevance import Confidence, content_words, coverage, terms
 from app.answer.sentences import join_sentences, split_sentences, strip_markdown
 from app.answer.translation import to_english
@@ -293,11 +293,17 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
             plan.refusal = (f"the knowledge base never mentions {', '.join(sorted(unknown.values()))}, which the "
                             "question asks about")
             return done()
-    # a quote speaks the KB's own words with its authority: none when the question names anything the
-    # KB never does (a roof box is not the tow ball's load); the model may still answer around it
+    # a quote speaks the KB's own words with its authority. When the question names anything the KB never
+    # does, none where it asks for a value, a place or a yes or no: the passage's value or place is another
+    # thing's (a roof box is not the tow ball's load) and its reply undecided; a passage about the rest of
+    # its words may still say what something means or how it is done (the amber tyre symbol's entry for
+    # "the orange light on the dash"). The model may answer around it either way.
+    kind_asked = asks_quantity(question) or not answers_kind(words, "") or asks_yes_no_somewhere(question)
+    quotable = not plan.missing_topic and not (unknown and (kind_asked or not _about_the_rest(
+        places, unknown, plan.passages[0])))
     similarity = _similarity(reader) if reader is not None else None
     # (and none in another language than the question's: a translated question is answered in its own)
-    if not unknown and not plan.translation and _answer_sized(kb, plan.passages[0]):
+    if quotable and not plan.translation and _answer_sized(kb, plan.passages[0]):
         best = plan.passages[0]
         quote = extract_answer(question, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
@@ -464,6 +470,18 @@ def _unknown_names(kb, question: str) -> dict[str, str]:
     not answered by another key's default, though the KB has "CSRF", "time" and "limit"."""
     return {f.key: f.text for f in identifiers(question)
             if f.kind == "identifier" and not _written_in_kb(kb, f.text, partial(stated, f))}
+
+
+def _about_the_rest(places: dict[str, int], unknown: dict[str, str], passage: Passage) -> bool:
+    """Whether a passage is about what a question describes with its topic words other than those the KB
+    never writes: it names most of them, one of them a word the KB uses in few places ("an orange light on
+    the dash that looks like a tyre with an exclamation mark": the amber tyre symbol's entry names the tyre
+    and the exclamation mark). Words the whole KB uses ("replace the scents") find any entry.
+    `places`: `_places` of the question's topic words."""
+    text = f"{passage.title}\n{passage.body}"
+    known = [t for t in places if t not in unknown]
+    named = [t for t in known if names({t}, text)]
+    return 2 * len(named) > len(known) and any(places[t] < _FEW for t in named)
 
 
 def _rarest(places: dict[str, int]) -> set[str]:
