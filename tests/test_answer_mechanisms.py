@@ -660,8 +660,9 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
         smollm_build, minilm_build, tmp_path, monkeypatch):
     """Chinese asked of an English manual (no second embedder): searched in the model's English translation
     (a fixed one here), answered in Chinese from the English passage it finds, told to answer in Chinese;
-    a value the passage states passes in Chinese, one it does not state fails; a question about what the
-    KB never names is refused before the model runs."""
+    a value the passage states passes in Chinese, one it does not state fails and the passage's own
+    sentence is said instead, as the KB writes it; a question about what the KB never names is refused
+    before the model runs."""
     from app.answer import generation, plan as planning
     from app.answer.pipeline import GroundedGeneration
     from app.answer.types import AnswerRequest
@@ -679,7 +680,8 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     plan = engine.plan(AnswerRequest.ask("咖啡机多久除一次垢？"))
     assert plan.translation == ENGLISH["咖啡机多久除一次垢？"] and plan.refusal is None
     assert plan.passages[0].title == "Descaling" and "translation_ms" in plan.timings
-    assert "请用中文回答" in engine.llm.tokenizer.decode(plan.prompt_ids) and not plan.extractive
+    assert "请用中文回答" in engine.llm.tokenizer.decode(plan.prompt_ids)
+    assert plan.extractive == "Descale the machine every 3 months, or every month with hard water."
 
     def answered(answer: str):
         gen = GroundedGeneration(_Says(answer), plan, SamplingParams())
@@ -687,7 +689,7 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
 
     descale = "每 3 个月除一次垢，水质硬的话每个月一次。"
     assert answered(descale) == (descale, "answered")
-    assert answered("每 6 个月除一次垢。")[1] == "refused"
+    assert answered("每 6 个月除一次垢。") == (plan.extractive, "extractive")
     # a sentence of words alone is checked by its English (the model's translation: a fixed one here), its
     # values as written; a translation with Chinese left in it, or other values, stands for nothing
     said = {"只能加新鲜的冷水。": "Fill it with fresh cold water only.",
@@ -698,9 +700,10 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     plan = engine.plan(AnswerRequest.ask("水箱里该加什么水？"))
     assert plan.passages[0].title == "Water tank", plan.passages
     assert answered("只能加新鲜的冷水。") == ("只能加新鲜的冷水。", "answered")
-    assert answered("水箱在机器下面。")[1] == "refused"  # no passage puts it there
-    assert answered("只加冷水。")[1] == "refused"
-    assert answered("加满为止。")[1] == "refused"
+    # none of them is said: the passage's own sentences are, in the passages' language
+    for wrong in ("水箱在机器下面。",  # no passage puts it there
+                  "只加冷水。", "加满为止。"):
+        assert answered(wrong) == (plan.extractive, "extractive") and plan.extractive.startswith("The water tank")
     steam = engine.plan(AnswerRequest.ask("咖啡机的蒸汽棒怎么清洗？"))
     assert steam.refusal and "never mentions" in steam.refusal, steam.refusal
 

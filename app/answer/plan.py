@@ -302,14 +302,14 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     quotable = not plan.missing_topic and not (unknown and (kind_asked or not _about_the_rest(
         places, unknown, plan.passages[0])))
     similarity = _similarity(reader) if reader is not None else None
-    # (and none in another language than the question's: a translated question is answered in its own)
-    if quotable and not plan.translation and _answer_sized(kb, plan.passages[0]):
+    # a translated question's quote is chosen by its translation, in the passages' language
+    if quotable and _answer_sized(kb, plan.passages[0]):
         best = plan.passages[0]
-        quote = extract_answer(question, best.body, similarity)
+        quote = extract_answer(words, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
         # value asked for: a faithful quote of the wrong entry is still a wrong answer
-        if (on_topic(question, f"{best.title}\n{best.body}") and answers_kind(question, quote)
-                and _quotable(plan.rarest, question, plan.passages)):
+        if (on_topic(words, f"{best.title}\n{best.body}") and answers_kind(words, quote)
+                and _quotable(plan.rarest, words, plan.passages)):
             plan.extractive = quote
     if len(asked) > 1 and not plan.translation:
         plan.supplement = _supplement(question, asked, plan.passages, similarity)
