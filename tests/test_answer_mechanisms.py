@@ -228,6 +228,9 @@ def test_spoken_chinese_numbers_and_tables():
     # 一 is a count before a unit, like English "one"; before a measure word it is the article "a"
     assert [f.key for f in extract_facts("把交换空间放在一个普通文件上，用一种文件系统")] == []
     assert [f.key for f in extract_facts("需要两个适配器，一公里后，按一次")] == ["2", "1 km", "1 times"]
+    # tenths as spoken are a percentage; the idiom and words beginning with 成 are no number
+    assert [f.key for f in extract_facts("从一成充到八成要多久？")] == ["10 %", "80 %"]
+    assert extract_facts("一成不变，他是一成年人") == []
 
 
 @pytest.mark.parametrize("answer, invented", [
