@@ -121,7 +121,7 @@ def _zh_value(text: str) -> str:
     return value + ("." + "".join(str(_ZH_DIGITS[c]) for c in frac) if frac else "")
 
 
-# 一成 ... 九成: tenths, as spoken ("从一成充到八成": from 10 to 80 percent), said as 百分之X十; not the
+# 一成 ... 九成: tenths, as spoken (三成: 30 percent; "还剩两成": 20 percent left), said as 百分之X十; not the
 # idiom 一成不变 nor a word beginning with 成 (一成年人: one adult; 三成员)
 _ZH_TENTHS = re.compile(r"([一二两三四五六七八九])成(?!不变|年|员|为|功|本|立|绩|果|分|人|交|都|就)")
 

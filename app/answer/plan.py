@@ -294,10 +294,11 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
                             "question asks about")
             return done()
     # a quote speaks the KB's own words with its authority. When the question names anything the KB never
-    # does, none where it asks for a value, a place or a yes or no: the passage's value or place is another
-    # thing's (a roof box is not the tow ball's load) and its reply undecided; a passage about the rest of
-    # its words may still say what something means or how it is done (the amber tyre symbol's entry for
-    # "the orange light on the dash"). The model may answer around it either way.
+    # does, none where it asks for a value, a place or a yes or no: the passage's value or place may be
+    # another thing's (the load of a part the KB names is no load of a part it never does) and its reply
+    # undecided; a passage about the rest of its words may still say what something means or how it is
+    # done (a light described in the user's words, its entry found by the rest of them). The model may
+    # answer around it either way.
     kind_asked = asks_quantity(question) or not answers_kind(words, "") or asks_yes_no_somewhere(question)
     quotable = not plan.missing_topic and not (unknown and (kind_asked or not _about_the_rest(
         places, unknown, plan.passages[0])))
@@ -474,10 +475,9 @@ def _unknown_names(kb, question: str) -> dict[str, str]:
 
 def _about_the_rest(places: dict[str, int], unknown: dict[str, str], passage: Passage) -> bool:
     """Whether a passage is about what a question describes with its topic words other than those the KB
-    never writes: it names most of them, one of them a word the KB uses in few places ("an orange light on
-    the dash that looks like a tyre with an exclamation mark": the amber tyre symbol's entry names the tyre
-    and the exclamation mark). Words the whole KB uses ("replace the scents") find any entry.
-    `places`: `_places` of the question's topic words."""
+    never writes: it names most of them, one of them a word the KB uses in few places ("a red light on the
+    panel shaped like a drop": an entry naming the red light and the drop, though not the panel). Words the
+    whole KB uses ("how do I replace it?") find any entry. `places`: `_places` of the question's topic words."""
     text = f"{passage.title}\n{passage.body}"
     known = [t for t in places if t not in unknown]
     named = [t for t in known if names({t}, text)]
