@@ -656,7 +656,8 @@ MANUAL_EN = ("# Coffee machine\n\n## Descaling\n\nDescale the machine every 3 mo
              "water.\n\n## Water tank\n\nThe water tank holds 1.8 litres. Fill it with fresh cold water only.\n")
 ENGLISH = {"咖啡机多久除一次垢？": "How often should I descale the coffee machine?",
            "咖啡机的蒸汽棒怎么清洗？": "How do I clean the steam wand of the coffee machine?",
-           "水箱里该加什么水？": "What water should I put in the water tank?"}
+           "水箱里该加什么水？": "What water should I put in the water tank?",
+           "除垢要花多少钱？": "How much is descaling the machine?"}
 
 
 def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checked_in_english(
@@ -685,6 +686,8 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     assert plan.passages[0].title == "Descaling" and "translation_ms" in plan.timings
     assert "请用中文回答" in engine.llm.tokenizer.decode(plan.prompt_ids)
     assert plan.extractive == "Descale the machine every 3 months, or every month with hard water."
+    # a translation that lost what kind of value is asked (a price) quotes nothing the question did not ask
+    assert not engine.plan(AnswerRequest.ask("除垢要花多少钱？")).extractive
 
     def answered(answer: str):
         gen = GroundedGeneration(_Says(answer), plan, SamplingParams())

@@ -308,8 +308,9 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         best = plan.passages[0]
         quote = extract_answer(words, best.body, similarity)
         # quoted only from a passage about what the question asks, and only if it states the kind of
-        # value asked for: a faithful quote of the wrong entry is still a wrong answer
-        if (on_topic(words, f"{best.title}\n{best.body}") and answers_kind(words, quote)
+        # value asked for, as asked and as translated (a translation may lose the unit: "多少升" is litres):
+        # a faithful quote of the wrong entry is still a wrong answer
+        if (on_topic(words, f"{best.title}\n{best.body}") and all(answers_kind(q, quote) for q in {question, words})
                 and _quotable(plan.rarest, words, plan.passages)):
             plan.extractive = quote
     if len(asked) > 1 and not plan.translation:
