@@ -437,22 +437,28 @@ def test_a_limit_question_is_answered_without_the_model():
 _CAR_WORDS = __import__("re").compile(r"\b(?:car|cars|driver|drivers|vehicle|aurora|speakers)\b", __import__("re").I)
 
 
+def _engine_over(files, tmp_path, llm, embedder):
+    """An engine over a KB of `files` ingested under `tmp_path` (no answer profile)."""
+    from app.engine import Engine
+    from app.settings import Settings
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+
+    with KnowledgeBase.open(tmp_path / "kb", Embedder(embedder)) as kb:
+        kb.ingest(files, progress=False)
+    return Engine.load(Settings(llm=llm, embedder=embedder, kb=tmp_path / "kb"))
+
+
 @pytest.mark.slow
 def test_a_kb_without_a_profile_gets_no_car_wording(smollm_build, minilm_build, tmp_path):
     """An installation guide ingested with no answer profile: neither the prompts (text and voice) nor the
     answers speak of a car; with the sample's profile, the same KB's prompts do."""
     from app.answer.types import AnswerRequest
-    from app.engine import Engine
-    from app.settings import Settings
-    from knowledge import KnowledgeBase
     from knowledge.sample_kb import sample_kb
-    from runtime.embedder import Embedder
     from tests.conftest import SAMPLES
 
     pages = SAMPLES / "realdocs" / "debian-install" / "en"
-    with KnowledgeBase.open(tmp_path / "kb", Embedder(minilm_build)) as kb:
-        kb.ingest([pages / "ch02s05.html", pages / "ch08s01.html"], progress=False)
-    engine = Engine.load(Settings(llm=smollm_build, embedder=minilm_build, kb=tmp_path / "kb"))
+    engine = _engine_over([pages / "ch02s05.html", pages / "ch08s01.html"], tmp_path, smollm_build, minilm_build)
     question = "How much memory do I need for a normal installation?"
     for voice in (False, True):
         plan = engine.plan(AnswerRequest.ask(question, voice=voice))
@@ -670,17 +676,11 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     from app.answer import generation, plan as planning
     from app.answer.pipeline import GroundedGeneration
     from app.answer.types import AnswerRequest
-    from app.engine import Engine
-    from app.settings import Settings
-    from knowledge import KnowledgeBase
-    from runtime.embedder import Embedder
     from runtime.sampling import SamplingParams
 
     (tmp_path / "manual.md").write_text(MANUAL_EN)
-    with KnowledgeBase.open(tmp_path / "kb", Embedder(minilm_build)) as kb:
-        kb.ingest([tmp_path / "manual.md"], progress=False)
     monkeypatch.setattr(planning, "to_english", lambda llm, text: ENGLISH[text])
-    engine = Engine.load(Settings(llm=smollm_build, embedder=minilm_build, kb=tmp_path / "kb"))
+    engine = _engine_over([tmp_path / "manual.md"], tmp_path, smollm_build, minilm_build)
     plan = engine.plan(AnswerRequest.ask("咖啡机多久除一次垢？"))
     assert plan.translation == ENGLISH["咖啡机多久除一次垢？"] and plan.refusal is None
     assert plan.passages[0].title == "Descaling" and "translation_ms" in plan.timings
@@ -724,15 +724,9 @@ def test_a_word_the_kb_never_writes_stops_a_quote_of_a_value_or_a_reply_not_of_a
     still quoted from its entry, but not how long it may stay on, nor whether it may be ignored, as the
     entry's values and reply may be about something else than what the word names."""
     from app.answer.types import AnswerRequest
-    from app.engine import Engine
-    from app.settings import Settings
-    from knowledge import KnowledgeBase
-    from runtime.embedder import Embedder
 
     (tmp_path / "manual.md").write_text(MANUAL_LIGHTS)
-    with KnowledgeBase.open(tmp_path / "kb", Embedder(minilm_build)) as kb:
-        kb.ingest([tmp_path / "manual.md"], progress=False)
-    engine = Engine.load(Settings(llm=smollm_build, embedder=minilm_build, kb=tmp_path / "kb"))
+    engine = _engine_over([tmp_path / "manual.md"], tmp_path, smollm_build, minilm_build)
     meaning = engine.plan(AnswerRequest.ask("What does the amber drop light on the panel mean?"))
     assert "panel" in meaning.unnamed and not meaning.missing_topic, (meaning.unnamed, meaning.missing_topic)
     assert meaning.extractive.startswith("The amber drop light means the kettle needs descaling.")
