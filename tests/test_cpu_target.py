@@ -76,14 +76,16 @@ def q4_sources(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("name,exact", [("q41", {"gguf Q4_1 (exact)": 14, "gguf Q8_0 (exact)": 1}),
-                                        ("q40", {"gguf Q4_0 (exact)": 15})])
-def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp_path, name, exact):
+# Q4_1 and Q8_0 on MatMulNBits: the build without hexrag's kernels (they read those blocks themselves)
+@pytest.mark.parametrize("name,quant,exact", [
+    ("q41", "int4-matmulnbits", {"gguf Q4_1 (exact)": 14, "gguf Q8_0 (exact)": 1}),
+    ("q40", "int4", {"gguf Q4_0 (exact)": 15})])
+def test_int4_build_keeps_the_gguf_weights_and_matches_reference(q4_sources, tmp_path, name, quant, exact):
     src = q4_sources / f"{name}.gguf"
     out = tmp_path / name
-    build_llm(src, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
+    build_llm(src, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant=quant)
     m = load_manifest(out)
-    assert m.quantization.recipe == "int4" and m.quantization.blocks.weights == exact
+    assert m.quantization.recipe == quant and m.quantization.blocks.weights == exact
     graph = onnx.load(str(out / "step.onnx"), load_external_data=False)
     ops = [n.op_type for n in graph.graph.node]
     # every linear layer and the LM head, q/k/v and gate/up each stacked into one weight; packed
@@ -158,6 +160,43 @@ def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path,
     assert load_manifest(tmp_path / "scalar").quantization.format == "MatMulNBits"
     monkeypatch.undo()  # the kernels are here again: quickstart rebuilds what was built without them
     assert not _ready(tmp_path / "no-lib", "int4") and _ready(out, "int4")
+
+
+def test_int4_reads_q4_1_and_q8_0_blocks_with_hexrags_kernels(q4_sources, tmp_path, monkeypatch):
+    """SmolLM2's packaging (Q4_1 layers, a tied Q8_0 embedding) with the kernel library built: every
+    layer and the LM head one KQuantMatMul over the file's bytes, the embedding read by row from the
+    same Q8_0 table, no min-term nodes; logits as close to the file's weights as the MatMulNBits build's."""
+    need_kquant()
+    src = q4_sources / "q41.gguf"
+    out = tmp_path / "kq"
+    build_llm(src, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
+    q = load_manifest(out).quantization
+    assert q.format == "KQuantMatMul" and q.blocks.weights == {"gguf Q4_1 (exact, K-quant kernels)": 14,
+                                                               "gguf Q8_0 (exact, K-quant kernels)": 1}
+    graph = onnx.load(str(out / "step.onnx"), load_external_data=False)
+    ops = [n.op_type for n in graph.graph.node]
+    assert ops.count("KQuantMatMul") == 4 * tm.N_LAYER + 1 and "MatMulNBits" not in ops and "ReduceSum" not in ops
+    assert ops.count("KQuantGather") == 1 and "Cast" not in ops
+    # the LM head and the embedding share one table: the file's Q8_0 rows, 34 bytes per 32 values
+    tables = [t for t in graph.graph.initializer if t.name == "embed.kq"]
+    assert len(tables) == 1 and int(np.prod(tables[0].dims)) == tm.tiny_vocab_size() * tm.HIDDEN // 32 * 34
+    build_llm(src, tmp_path / "nb", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False,
+              quant="int4-matmulnbits")
+    prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
+    tokens, logits = run_greedy(out, prompt, 8)
+    expected = RefDecoder.from_gguf(src).logits(tokens)
+    _, nbits = run_greedy(tmp_path / "nb", tokens[:len(prompt)], 8)
+    for step, got in enumerate(logits):
+        ref = expected[len(prompt) - 1 + step]
+        assert cosine(got, ref) >= 0.995, f"step {step}: cosine {cosine(got, ref):.5f}"
+        assert cosine(got, ref) >= cosine(nbits[step], ref) - 0.002
+    # an int4 build from before the kernels read these blocks is rebuilt by quickstart, not reused
+    for qtype in ("Q4_1", "Q8_0"):
+        monkeypatch.delitem(blocks.KQUANT_TYPES, qtype)
+    build_llm(src, tmp_path / "old", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
+    monkeypatch.undo()
+    assert load_manifest(tmp_path / "old").quantization.format == "MatMulNBits"
+    assert not _ready(tmp_path / "old", "int4") and _ready(out, "int4")
 
 
 def test_int4_requant_drops_the_min_term(q4_sources, tmp_path):
@@ -263,7 +302,8 @@ def test_decode_profile_counts_every_node_of_a_step(q4_sources, tmp_path):
     ops = {r["op"]: r for r in s["ops"]}
     assert s["runs"] == 3 and s["run_ms"] > 0
     # per decode step: every linear (q|k|v and gate|up stacked) plus the LM head, one attention per layer
-    assert ops["MatMulNBits"]["nodes"] == 4 * tm.N_LAYER + 1
+    linear = load_manifest(out).quantization.format  # KQuantMatMul where hexrag's kernels run, else MatMulNBits
+    assert ops[linear]["nodes"] == 4 * tm.N_LAYER + 1
     assert ops["GroupQueryAttention"]["nodes"] == tm.N_LAYER
     assert ops["outside nodes"]["ms"] >= 0 and sum(r["share"] for r in s["ops"]) == pytest.approx(1.0)
     with pytest.raises(SystemExit, match="exceed the model's context 48"):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from runtime import kquant
-from tests.test_kquant import random_blocks, reference
+from tests.test_kquant import TYPES, random_blocks, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 CC, QEMU = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
@@ -49,10 +49,10 @@ def run(driver: Path, cpu: str, path: str | None, ggml_type: int, blocks: np.nda
 
 @pytest.mark.parametrize("cpu, path", [("max", "dotprod"), ("max", "neon"), ("cortex-a53", "neon"),
                                        ("max", "scalar")])
-@pytest.mark.parametrize("ggml_type", [kquant.Q4_K, kquant.Q6_K])
+@pytest.mark.parametrize("ggml_type", list(TYPES))
 def test_each_aarch64_path_equals_the_dequantized_product(driver, tmp_path, cpu, path, ggml_type):
     rng = np.random.default_rng(ggml_type)
-    n, k = 9, 256 * 12
+    n, k = 9, 256 * 12 if kquant.BLOCK_VALUES[ggml_type] == 256 else 32 * 18
     blocks = random_blocks(ggml_type, n, k, rng)
     for m in (1, 3, 4, 9):  # one token, a weight block shared by 3 and 4, and rows past a call's four
         x = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)

@@ -34,9 +34,9 @@ BLOCK = 32  # GGUF's block size
 
 @dataclass
 class RawBlocks:
-    """Rows of GGUF K-quant blocks as the file stores them (the KQuantMatMul op's weight)."""
+    """Rows of GGUF blocks as the file stores them (the KQuantMatMul op's weight)."""
 
-    rows: np.ndarray  # uint8 [N, K/256 · block bytes]
+    rows: np.ndarray  # uint8 [N, K/block · block bytes]
     ggml_type: int
     n: int
     k: int
@@ -177,10 +177,10 @@ def from_gguf(qtype: str, raw: np.ndarray) -> BlockWeight | None:
 
 
 CPU_RECIPES = {
-    "int4": "GGUF blocks kept exactly: Q4_K/Q6_K as the file stores them, multiplied by hexrag's K-quant kernels "
-            "(KQuantMatMul, int8 activations per 256 values) where they run vectorized; Q4_0/Q4_1/Q8_0 (and Q4_K/Q6_K "
-            "without them) mapped onto MatMulNBits (integer kernels, accuracy level 4); anything else "
-            "re-quantized to 4-bit blocks of 32 (8-bit for the LM head and Q5 types)",
+    "int4": "GGUF blocks kept exactly: Q4_K/Q6_K/Q4_1/Q8_0 as the file stores them, multiplied by hexrag's "
+            "K-quant kernels (KQuantMatMul, int8 activations per block: 256 or 32 values) where they run "
+            "vectorized; Q4_0 (and the others without them) mapped onto MatMulNBits (integer kernels, accuracy "
+            "level 4); anything else re-quantized to 4-bit blocks of 32 (8-bit for the LM head and Q5 types)",
     # the int4 build before hexrag had its own kernels: every layer on ONNX Runtime's MatMulNBits (a K-quant
     # block as float scales per 32 weights and a min term), kept to compare with and for machines without them
     "int4-matmulnbits": "int4 with every layer on ONNX Runtime's MatMulNBits (GGUF Q4_K/Q6_K blocks mapped "
@@ -194,9 +194,8 @@ CPU_RECIPES = {
                     "zero points (round-to-nearest from the GGUF's values, Q4_0 kept); integer kernels "
                     "(accuracy level 4)",
 }
-# the GGUF types the K-quant kernels read -> GGML's type number (the op's ggml_type)
-KQUANT_TYPES = {"Q4_K": 12, "Q6_K": 14}
-KQUANT_BLOCK = 256
+# the GGUF types the K-quant kernels read -> (GGML's type number: the op's ggml_type, values per block)
+KQUANT_TYPES = {"Q4_1": (3, 32), "Q8_0": (8, 32), "Q4_K": (12, 256), "Q6_K": (14, 256)}
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations: the fast integer kernels
 
 
@@ -248,7 +247,8 @@ class BlockRecipe:
             return None
         stored = [self.weights.stored(name) for name, _ in parts]
         qtype = stored[0][0]
-        k = stored[0][1].shape[1] // _LAYOUTS[qtype].itemsize * KQUANT_BLOCK
+        ggml_type, per_block = KQUANT_TYPES[qtype]
+        k = stored[0][1].shape[1] // _LAYOUTS[qtype].itemsize * per_block
         if any(t != qtype for t, _ in stored):
             return None
         rows = np.concatenate([np.ascontiguousarray(r) for _, r in stored]) if len(stored) > 1 else stored[0][1]
@@ -258,7 +258,7 @@ class BlockRecipe:
                 self.rows[name] = r.shape[0]
             self.bytes += rows.nbytes
         self.kquant_layers += len(parts)
-        return RawBlocks(np.ascontiguousarray(rows, dtype=np.uint8), KQUANT_TYPES[qtype], rows.shape[0], k,
+        return RawBlocks(np.ascontiguousarray(rows, dtype=np.uint8), ggml_type, rows.shape[0], k,
                          parts[0][1])
 
     def _one(self, name: str, scale: float) -> BlockWeight:

@@ -1,4 +1,4 @@
-"""The K-quant kernel library: matrix products on GGUF Q4_K / Q6_K blocks as the file stores them.
+"""The K-quant kernel library: matrix products on GGUF Q4_K / Q6_K / Q4_1 / Q8_0 blocks as stored.
 
 `kquant.c` is built by the package's own build (`pip install -e .`, setup.py) into `_kquant*.so`
 next to this file; a machine without a C compiler gets no library, a line in pip's log, and the
@@ -22,7 +22,8 @@ DOMAIN = "hexrag"
 OP = "KQuantMatMul"
 GATHER_OP = "KQuantGather"
 OPS = (OP, GATHER_OP)
-Q4_K, Q6_K = 12, 14  # GGML's type numbers, the op's `ggml_type`
+Q4_1, Q8_0, Q4_K, Q6_K = 3, 8, 12, 14  # GGML's type numbers, the op's `ggml_type`
+BLOCK_VALUES = {Q4_1: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256}  # values per block: K is a multiple of it
 PATHS = ("scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod")  # the library's path numbers, in order
 
 
@@ -89,7 +90,7 @@ def force_path(name: str) -> str:
 
 
 def matmul(blocks: np.ndarray, ggml_type: int, n: int, k: int, x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
-    """x [m, k] float32 times the n rows of `blocks` (uint8 [n, k/256 · block bytes]), on this thread."""
+    """x [m, k] float32 times the n rows of `blocks` (uint8 [n, k/block · block bytes]), on this thread."""
     lib = _require()
     blocks = np.ascontiguousarray(blocks, dtype=np.uint8)
     x = np.ascontiguousarray(x, dtype=np.float32)

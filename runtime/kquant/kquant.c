@@ -1,4 +1,4 @@
-/* Matrix products that read GGUF K-quant blocks exactly as the file stores them.
+/* Matrix products that read GGUF quantized blocks exactly as the file stores them.
  *
  * y[m, n] = Σ_k x[m, k] · W[n, k], with W's rows kept as the GGUF's 256-weight super-blocks (Q4_K:
  * 144 bytes, Q6_K: 210 bytes) and x quantized per 256 values to int8 with one float scale and the
@@ -10,17 +10,24 @@
  *   Q6_K  w = d·sc_b·(q − 32)       (q 6-bit, 16 sub-blocks of 16 with int8 sc_b)
  *         x·w = dx·d·(Σ_b sc_b·Σ q·qx − 32·Σ_b sc_b·Σ_b qx)
  *
+ * The GGUF's blocks of 32 (Q4_1: 20 bytes, Q8_0: 34 bytes) meet x quantized per 32 values, with the
+ * block's sum of codes for Q4_1's min, as the reference runtime pairs them:
+ *
+ *   Q4_1  w = d·q + m               (q 4-bit)       x·w = dx·(d·Σ q·qx + m·Σ qx)
+ *   Q8_0  w = d·q                   (q int8)        x·w = dx·d·Σ q·qx
+ *
  * Every code path computes the same integer dot products per block; they differ only in the order
  * the scaled blocks are summed in float (the tests hold each path to the exact product). The vector
  * path is chosen when the library loads, from what this CPU reports, never from how the library
  * was compiled: the build runs on any x86-64, and AVX2 / AVX-VNNI / AVX-512 code lives in functions
  * compiled for that instruction set alone. Below 8 tokens each weight row meets up to four tokens
  * (decode, drafts); from 8 on the tiled product (kquant_x86.inc, kquant_avx512.inc) runs 8 or 16
- * tokens per vector (a prefill). On aarch64 (kquant_neon.inc) the row kernels run NEON, with the
- * dot-product instructions where the kernel reports them (HWCAP_ASIMDDP), at every token count.
+ * tokens per vector (a prefill; Q4_1 8 on every x86 path, Q8_0 row by row). On aarch64
+ * (kquant_neon.inc) the row kernels run NEON, with the dot-product instructions where the kernel
+ * reports them (HWCAP_ASIMDDP), at every token count.
  *
  * The same library is an ONNX Runtime custom-op library (RegisterCustomOps): the op
- * hexrag.KQuantMatMul(x float[..., K], blocks uint8[N, K/256·bytes]) -> float[..., N], attributes
+ * hexrag.KQuantMatMul(x float[..., K], blocks uint8[N, K/block·bytes]) -> float[..., N], attributes
  * ggml_type, N, K and alpha (a constant the output is multiplied by), its rows shared out over the
  * session's own thread pool; and hexrag.KQuantGather(ids int32[...], blocks) -> float[..., K], the
  * rows of a token embedding kept as the file's blocks.
@@ -56,9 +63,11 @@
 #endif
 
 #define QK 256
+#define QK32 32
+enum { Q4_1_CHUNK = 64 }; /* Q4_1 blocks the tiled product unpacks at once: 8 KB of codes, 4 weight rows */
 
-enum { KQ_Q4_K = 12, KQ_Q6_K = 14 }; /* GGML's type numbers */
-/* best last within an architecture; avx512 is avxvnni's row kernels with the 512-bit tiled product */
+enum { KQ_Q4_1 = 3, KQ_Q8_0 = 8, KQ_Q4_K = 12, KQ_Q6_K = 14 }; /* GGML's type numbers */
+/* best last within an architecture; avx512: the 256-bit kernels on AVX-512's VNNI, the 512-bit tiled product */
 enum {
   KQ_PATH_SCALAR = 0, KQ_PATH_AVX2 = 1, KQ_PATH_AVXVNNI = 2, KQ_PATH_AVX512 = 3,
   KQ_PATH_NEON = 4, KQ_PATH_DOTPROD = 5, KQ_PATH_COUNT = 6
@@ -83,8 +92,26 @@ typedef struct { /* one quantized super-block of the activations */
   int16_t bsums[QK / 16];
 } block_q8_k;
 
+typedef struct {
+  uint16_t d, m;
+  uint8_t qs[QK32 / 2];
+} block_q4_1;
+
+typedef struct {
+  uint16_t d;
+  int8_t qs[QK32];
+} block_q8_0;
+
+typedef struct { /* activations quantized per 32, for the blocks of 32 */
+  float d;
+  int32_t sum; /* Σ qs: Q4_1's min term */
+  int8_t qs[QK32];
+} block_q8_32;
+
 _Static_assert(sizeof(block_q4_k) == 144, "Q4_K block");
 _Static_assert(sizeof(block_q6_k) == 210, "Q6_K block");
+_Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block");
+_Static_assert(sizeof(block_q8_0) == 34, "Q8_0 block");
 
 static float fp16_to_fp32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -109,7 +136,8 @@ static float fp16_to_fp32(uint16_t h) {
 
 /* ---- activations ---- */
 
-static void quantize_row_q8_k(const float *x, block_q8_k *y, int64_t k) {
+static void quantize_row_q8_k(const float *x, void *y_, int64_t k) {
+  block_q8_k *y = y_;
   for (int64_t i = 0; i < k / QK; i++, x += QK) {
     float amax = 0.f;
     for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -124,6 +152,26 @@ static void quantize_row_q8_k(const float *x, block_q8_k *y, int64_t k) {
       int s = 0;
       for (int l = 0; l < 16; l++) s += b->qs[16 * j + l];
       b->bsums[j] = (int16_t)s;
+    }
+    b->d = 1.f / iscale;
+  }
+}
+
+static void quantize_row_q8_32(const float *x, void *y_, int64_t k) {
+  block_q8_32 *y = y_;
+  for (int64_t i = 0; i < k / QK32; i++, x += QK32) {
+    float amax = 0.f;
+    for (int j = 0; j < QK32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    block_q8_32 *b = &y[i];
+    if (amax == 0.f) {
+      memset(b, 0, sizeof *b);
+      continue;
+    }
+    const float iscale = 127.f / amax;
+    b->sum = 0;
+    for (int j = 0; j < QK32; j++) {
+      b->qs[j] = (int8_t)lrintf(iscale * x[j]);
+      b->sum += b->qs[j];
     }
     b->d = 1.f / iscale;
   }
@@ -226,6 +274,27 @@ static float dot_q6_k_one(const block_q6_k *w, const block_q8_k *a, int64_t nb) 
   return sum;
 }
 
+static float dot_q4_1_one(const block_q4_1 *w, const block_q8_32 *a, int64_t nb) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; i++) {
+    int32_t isum = 0;
+    for (int l = 0; l < QK32 / 2; l++)
+      isum += (w[i].qs[l] & 0xf) * a[i].qs[l] + (w[i].qs[l] >> 4) * a[i].qs[l + QK32 / 2];
+    sum += a[i].d * (fp16_to_fp32(w[i].d) * (float)isum + fp16_to_fp32(w[i].m) * (float)a[i].sum);
+  }
+  return sum;
+}
+
+static float dot_q8_0_one(const block_q8_0 *w, const block_q8_32 *a, int64_t nb) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; i++) {
+    int32_t isum = 0;
+    for (int l = 0; l < QK32; l++) isum += w[i].qs[l] * a[i].qs[l];
+    sum += a[i].d * fp16_to_fp32(w[i].d) * (float)isum;
+  }
+  return sum;
+}
+
 /* one row of blocks as floats (the token embedding's rows: KQuantGather) */
 static void dequantize_q4_k(const block_q4_k *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++, y += QK) {
@@ -248,26 +317,45 @@ static void dequantize_q6_k(const block_q6_k *b, int64_t nb, float *y) {
   }
 }
 
-/* one weight row against `rows` activation rows `stride` blocks apart */
-static void dot_q4_k_rows_scalar(const void *row, const block_q8_k *a, int64_t nb, int64_t stride, int rows,
-                                 float *out) {
-  for (int r = 0; r < rows; r++) out[r] = dot_q4_k_one(row, a + r * stride, nb);
+static void dequantize_q4_1(const block_q4_1 *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++, y += QK32) {
+    const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+    for (int l = 0; l < QK32 / 2; l++) {
+      y[l] = d * (b[i].qs[l] & 0xf) + m;
+      y[l + QK32 / 2] = d * (b[i].qs[l] >> 4) + m;
+    }
+  }
 }
 
-static void dot_q6_k_rows_scalar(const void *row, const block_q8_k *a, int64_t nb, int64_t stride, int rows,
-                                 float *out) {
-  for (int r = 0; r < rows; r++) out[r] = dot_q6_k_one(row, a + r * stride, nb);
+static void dequantize_q8_0(const block_q8_0 *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++, y += QK32) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int l = 0; l < QK32; l++) y[l] = d * b[i].qs[l];
+  }
 }
+
+/* one weight row against `rows` activation rows `stride` blocks apart */
+#define KQ_SCALAR_ROWS(kind, act)                                                                        \
+  static void dot_##kind##_rows_scalar(const void *row, const void *a, int64_t nb, int64_t stride, int rows, \
+                                       float *out) {                                                     \
+    for (int r = 0; r < rows; r++) out[r] = dot_##kind##_one(row, (const act *)a + r * stride, nb);       \
+  }
+KQ_SCALAR_ROWS(q4_k, block_q8_k)
+KQ_SCALAR_ROWS(q6_k, block_q8_k)
+KQ_SCALAR_ROWS(q4_1, block_q8_32)
+KQ_SCALAR_ROWS(q8_0, block_q8_32)
+#undef KQ_SCALAR_ROWS
 
 /* The activations of the tiled product: groups of `lanes` rows (8 for 256-bit vectors, 16 for
- * 512-bit), each block's 256 values interleaved 4 at a time (q[group][block][64][lanes][4]), with
- * each row's scale and its sums of 32 (Q4_K's mins) or −32 × its sums of 16 (Q6_K's code offset),
- * the group's rows side by side. Padding rows are 0. */
+ * 512-bit), each block's values (256, or 32 for Q4_1) interleaved 4 at a time
+ * (q[group][block][qk/4][lanes][4]), with each row's scale and its sums of 32 (Q4_K's mins, Q4_1's
+ * min) or −32 × its sums of 16 (Q6_K's code offset), the group's rows side by side. Padding rows
+ * are 0. */
 typedef struct {
-  int64_t groups, nb, lanes;
+  int64_t groups, nb, lanes, qk;
   int8_t *q;
   float *d;      /* [groups][nb][lanes] */
-  float *s32;    /* [groups][nb][8][lanes], as floats: the kernels scale them, never add them as integers */
+  float *s32;    /* [groups][nb][qk/32][lanes], as floats: the kernels scale them, never add them as integers */
   int32_t *s16;  /* [groups][nb][16][lanes] */
 } tiles;
 
@@ -293,7 +381,8 @@ static const uint8_t kq_pair_masks[4][32] = {
 #define KQ_SUFFIX avx2
 #define KQ_TARGET __attribute__((target("avx2,fma,f16c")))
 #define KQ_MADD(acc, p, s) _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
-/* u8 × s8 in groups of 4 into int32 lanes; the pairs never saturate int16 (6-bit codes × int8) */
+/* u8 × s8 in groups of 4 into int32 lanes; the pairs never saturate int16 (6-bit codes, or Q8_0's
+ * codes' magnitudes up to 127, times int8) */
 #define KQ_DPBUSD(acc, u, s) \
   _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
 #include "kquant_x86.inc"
@@ -306,6 +395,18 @@ static const uint8_t kq_pair_masks[4][32] = {
 #define KQ_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define KQ_MADD(acc, p, s) _mm256_dpwssd_avx_epi32(acc, p, s)
 #define KQ_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#include "kquant_x86.inc"
+#undef KQ_SUFFIX
+#undef KQ_TARGET
+#undef KQ_MADD
+#undef KQ_DPBUSD
+
+/* the same 256-bit kernels with AVX-512's VNNI instructions on 256-bit vectors (AVX512-VL): the
+ * CPUs with AVX512-VNNI but not the VEX-encoded AVX-VNNI (AMD Zen 4) get integer dot products too */
+#define KQ_SUFFIX avx512vl
+#define KQ_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define KQ_MADD(acc, p, s) _mm256_dpwssd_epi32(acc, p, s)
+#define KQ_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #include "kquant_x86.inc"
 #undef KQ_SUFFIX
 #undef KQ_TARGET
@@ -344,7 +445,29 @@ static inline int32x4_t kq_dot_neon(int32x4_t acc, int8x16_t w, int8x16_t y) {
 
 /* ---- dispatch ---- */
 
-typedef void (*dot_fn)(const void *row, const block_q8_k *a, int64_t nb, int64_t stride, int rows, float *out);
+/* `a`: activation blocks of the weight type's kind (block_q8_k or block_q8_32), `stride` blocks a row */
+typedef void (*dot_fn)(const void *row, const void *a, int64_t nb, int64_t stride, int rows, float *out);
+
+/* what the product needs to know of a weight type: its table index, values and bytes per block,
+ * and the activation block it meets */
+typedef struct {
+  int index, qk;
+  int64_t bytes, act_bytes;
+} kq_format;
+
+static const kq_format *format_of(int64_t type) {
+  static const kq_format q4_k = {0, QK, sizeof(block_q4_k), sizeof(block_q8_k)},
+                         q6_k = {1, QK, sizeof(block_q6_k), sizeof(block_q8_k)},
+                         q4_1 = {2, QK32, sizeof(block_q4_1), sizeof(block_q8_32)},
+                         q8_0 = {3, QK32, sizeof(block_q8_0), sizeof(block_q8_32)};
+  switch (type) {
+    case KQ_Q4_K: return &q4_k;
+    case KQ_Q6_K: return &q6_k;
+    case KQ_Q4_1: return &q4_1;
+    case KQ_Q8_0: return &q8_0;
+    default: return NULL;
+  }
+}
 
 static int path_available(int path) {
   if (path == KQ_PATH_SCALAR) return 1;
@@ -352,10 +475,9 @@ static int path_available(int path) {
   __builtin_cpu_init();
   const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   if (path == KQ_PATH_AVX2) return avx2;
-  const int vnni = avx2 && __builtin_cpu_supports("avxvnni");
-  if (path == KQ_PATH_AVXVNNI) return vnni;
+  if (path == KQ_PATH_AVXVNNI) return avx2 && __builtin_cpu_supports("avxvnni");
   if (path == KQ_PATH_AVX512)
-    return vnni && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #endif
 #ifdef KQ_ARM
@@ -380,56 +502,80 @@ static int current_path(void) {
   return kq_path;
 }
 
-static dot_fn dot_for(int type) {
+/* each path's row kernels, in kq_format.index order */
+static dot_fn dot_for(int64_t type) {
+  const kq_format *f = format_of(type);
+  if (!f) return NULL;
   switch (current_path()) {
 #ifdef KQ_X86
-    case KQ_PATH_AVX2: return type == KQ_Q4_K ? dot_q4_k_rows_avx2 : type == KQ_Q6_K ? dot_q6_k_rows_avx2 : NULL;
-    case KQ_PATH_AVXVNNI:
-    case KQ_PATH_AVX512:
-      return type == KQ_Q4_K ? dot_q4_k_rows_avxvnni : type == KQ_Q6_K ? dot_q6_k_rows_avxvnni : NULL;
+    case KQ_PATH_AVX2: {
+      static const dot_fn k[] = {dot_q4_k_rows_avx2, dot_q6_k_rows_avx2, dot_q4_1_rows_avx2, dot_q8_0_rows_avx2};
+      return k[f->index];
+    }
+    case KQ_PATH_AVXVNNI: {
+      static const dot_fn k[] = {dot_q4_k_rows_avxvnni, dot_q6_k_rows_avxvnni, dot_q4_1_rows_avxvnni,
+                                 dot_q8_0_rows_avxvnni};
+      return k[f->index];
+    }
+    case KQ_PATH_AVX512: {
+      static const dot_fn k[] = {dot_q4_k_rows_avx512vl, dot_q6_k_rows_avx512vl, dot_q4_1_rows_avx512vl,
+                                 dot_q8_0_rows_avx512vl};
+      return k[f->index];
+    }
 #endif
 #ifdef KQ_ARM
-    case KQ_PATH_NEON: return type == KQ_Q4_K ? dot_q4_k_neon : type == KQ_Q6_K ? dot_q6_k_neon : NULL;
-    case KQ_PATH_DOTPROD: return type == KQ_Q4_K ? dot_q4_k_dotprod : type == KQ_Q6_K ? dot_q6_k_dotprod : NULL;
+    case KQ_PATH_NEON: {
+      static const dot_fn k[] = {dot_q4_k_neon, dot_q6_k_neon, dot_q4_1_neon, dot_q8_0_neon};
+      return k[f->index];
+    }
+    case KQ_PATH_DOTPROD: {
+      static const dot_fn k[] = {dot_q4_k_dotprod, dot_q6_k_dotprod, dot_q4_1_dotprod, dot_q8_0_dotprod};
+      return k[f->index];
+    }
 #endif
-    default: return type == KQ_Q4_K ? dot_q4_k_rows_scalar : type == KQ_Q6_K ? dot_q6_k_rows_scalar : NULL;
+    default: {
+      static const dot_fn k[] = {dot_q4_k_rows_scalar, dot_q6_k_rows_scalar, dot_q4_1_rows_scalar,
+                                 dot_q8_0_rows_scalar};
+      return k[f->index];
+    }
   }
 }
 
 typedef void (*gemm_fn)(int type, const uint8_t *const *row, int rows, const tiles *t, int64_t g0, int64_t g1,
                         float *const *tot);
 
-static gemm_fn gemm_for(void) {
+/* NULL: the type is multiplied row by row here (the portable path; Q8_0, which is only ever an LM
+ * head, a row per token asked for) */
+static gemm_fn gemm_for(int64_t type) {
+  if (type == KQ_Q8_0) return NULL;
   switch (current_path()) {
 #ifdef KQ_X86
-    case KQ_PATH_AVX2: return gemm_rows_avx2;
-    case KQ_PATH_AVXVNNI: return gemm_rows_avxvnni;
-    case KQ_PATH_AVX512: return gemm_rows_avx512;
+    case KQ_PATH_AVX2: return type == KQ_Q4_1 ? gemm_rows_q4_1_avx2 : gemm_rows_avx2;
+    case KQ_PATH_AVXVNNI: return type == KQ_Q4_1 ? gemm_rows_q4_1_avxvnni : gemm_rows_avxvnni;
+    case KQ_PATH_AVX512: return type == KQ_Q4_1 ? gemm_rows_q4_1_avx512vl : gemm_rows_avx512;
 #endif
-    default: return NULL; /* the portable path multiplies row by row */
+    default: return NULL;
   }
 }
 
-typedef void (*quantize_fn)(const float *x, block_q8_k *y, int64_t k);
+typedef void (*quantize_fn)(const float *x, void *y, int64_t k);
 
-static quantize_fn quantize_for(void) {
+/* activations quantized into the blocks `qk` values wide that the weight type meets */
+static quantize_fn quantize_for(int qk) {
   switch (current_path()) {
 #ifdef KQ_X86
-    case KQ_PATH_AVX2: return quantize_row_avx2;
-    case KQ_PATH_AVXVNNI:
-    case KQ_PATH_AVX512: return quantize_row_avxvnni;
+    case KQ_PATH_AVX2: return qk == QK ? quantize_row_avx2 : quantize_row_32_avx2;
+    case KQ_PATH_AVXVNNI: return qk == QK ? quantize_row_avxvnni : quantize_row_32_avxvnni;
+    case KQ_PATH_AVX512: return qk == QK ? quantize_row_avx512vl : quantize_row_32_avx512vl;
 #endif
-    default: return quantize_row_q8_k;
+    default: return qk == QK ? quantize_row_q8_k : quantize_row_q8_32;
   }
 }
 
-/* activation rows per vector of the tiled product, and weight rows per call */
-static int64_t gemm_lanes(void) { return current_path() == KQ_PATH_AVX512 ? 16 : 8; }
-static int gemm_rows_per_call(void) { return current_path() == KQ_PATH_AVX512 ? 4 : 2; }
-
-static int64_t block_bytes(int64_t type) {
-  return type == KQ_Q4_K ? (int64_t)sizeof(block_q4_k) : type == KQ_Q6_K ? (int64_t)sizeof(block_q6_k) : 0;
-}
+/* activation rows per vector of the tiled product, and weight rows per call (Q4_1's product is the
+ * 256-bit one on every x86 path) */
+static int64_t gemm_lanes(int64_t type) { return current_path() == KQ_PATH_AVX512 && type != KQ_Q4_1 ? 16 : 8; }
+static int gemm_rows_per_call(int64_t type) { return current_path() == KQ_PATH_AVX512 || type == KQ_Q4_1 ? 4 : 2; }
 
 /* ---- the product ---- */
 
@@ -443,8 +589,8 @@ typedef struct {
   quantize_fn quantize;
   const uint8_t *w;
   const float *x;
-  int64_t row_bytes, nb, n, k, m, rows_per_task;
-  block_q8_k *xq;
+  int64_t row_bytes, act_bytes, nb, n, k, m, rows_per_task;
+  uint8_t *xq; /* m rows of nb activation blocks, act_bytes each */
   tiles tl;
   float *y;
   float alpha;
@@ -454,7 +600,7 @@ typedef struct {
  * time. The activations are walked in tiles that stay in a core's L2 cache (a prefill's 512 tokens
  * of an 8960-wide input are 4.6 MB). */
 static void run_rows(const job *jb, int64_t r0, int64_t r1) {
-  int64_t tile = CACHE_BYTES / (jb->nb * (int64_t)sizeof(block_q8_k)) / 4 * 4;
+  int64_t tile = CACHE_BYTES / (jb->nb * jb->act_bytes) / 4 * 4;
   if (tile < 4) tile = 4;
   float out[4];
   for (int64_t m0 = 0; m0 < jb->m; m0 += tile) {
@@ -463,7 +609,7 @@ static void run_rows(const job *jb, int64_t r0, int64_t r1) {
       const uint8_t *row = jb->w + r * jb->row_bytes;
       for (int64_t i = m0; i < m1; i += 4) {
         const int rows = m1 - i < 4 ? (int)(m1 - i) : 4;
-        jb->dot(row, jb->xq + i * jb->nb, jb->nb, jb->nb, rows, out);
+        jb->dot(row, jb->xq + i * jb->nb * jb->act_bytes, jb->nb, jb->nb, rows, out);
         for (int t = 0; t < rows; t++) jb->y[(i + t) * jb->n + r] = jb->alpha * out[t];
       }
     }
@@ -476,8 +622,8 @@ enum { MAX_TILE_GROUPS = 64, MAX_GEMM_ROWS = 4 };
  * weight rows at a time. */
 static void run_rows_tiled(const job *jb, int64_t r0, int64_t r1) {
   const int64_t lanes = jb->tl.lanes;
-  const int per_call = gemm_rows_per_call();
-  int64_t tile = CACHE_BYTES / (jb->nb * QK * lanes);
+  const int per_call = gemm_rows_per_call(jb->type);
+  int64_t tile = CACHE_BYTES / (jb->k * lanes);
   tile = tile < 1 ? 1 : tile > MAX_TILE_GROUPS ? MAX_TILE_GROUPS : tile;
   float tot_buf[MAX_GEMM_ROWS][MAX_TILE_GROUPS * 16];
   for (int64_t g0 = 0; g0 < jb->tl.groups; g0 += tile) {
@@ -499,14 +645,15 @@ static void run_rows_tiled(const job *jb, int64_t r0, int64_t r1) {
   }
 }
 
-static int alloc_tiles(tiles *t, int type, int64_t m, int64_t nb, int64_t lanes) {
+static int alloc_tiles(tiles *t, int type, int64_t qk, int64_t m, int64_t nb, int64_t lanes) {
   t->lanes = lanes;
   t->groups = (m + lanes - 1) / lanes;
   t->nb = nb;
+  t->qk = qk;
   const size_t cells = (size_t)(t->groups * nb * lanes);
-  t->q = calloc(cells * QK, 1);
+  t->q = calloc(cells * (size_t)qk, 1);
   t->d = calloc(cells, sizeof(float));
-  t->s32 = type == KQ_Q4_K ? calloc(cells * 8, sizeof(float)) : NULL;
+  t->s32 = type == KQ_Q6_K ? NULL : calloc(cells * (size_t)(qk / 32), sizeof(float));
   t->s16 = type == KQ_Q6_K ? calloc(cells * 16, sizeof(int32_t)) : NULL;
   return t->q && t->d && (t->s32 || t->s16);
 }
@@ -529,12 +676,27 @@ static void tile_row(tiles *t, const block_q8_k *row_blocks, int64_t row) {
   }
 }
 
+static void tile_row_32(tiles *t, const block_q8_32 *row_blocks, int64_t row) {
+  const int64_t g = row / t->lanes, lane = row % t->lanes, lanes = t->lanes;
+  for (int64_t i = 0; i < t->nb; i++) {
+    const block_q8_32 *b = row_blocks + i;
+    const int64_t at = g * t->nb + i;
+    t->d[at * lanes + lane] = b->d;
+    t->s32[at * lanes + lane] = (float)b->sum;
+    int8_t *q = t->q + at * QK32 * lanes + lane * 4;
+    for (int k = 0; k < QK32 / 4; k++) memcpy(q + k * lanes * 4, b->qs + 4 * k, 4);
+  }
+}
+
 /* activation row `task`: quantized, and placed in the tiles when the tiled product runs */
 static void prep_task(void *data, size_t task) {
   const job *jb = data;
   const int64_t row = (int64_t)task;
-  jb->quantize(jb->x + row * jb->k, jb->xq + row * jb->nb, jb->k);
-  if (jb->gemm) tile_row((tiles *)&jb->tl, jb->xq + row * jb->nb, row);
+  uint8_t *xq = jb->xq + row * jb->nb * jb->act_bytes;
+  jb->quantize(jb->x + row * jb->k, xq, jb->k);
+  if (!jb->gemm) return;
+  if (jb->tl.qk == QK) tile_row((tiles *)&jb->tl, (const block_q8_k *)xq, row);
+  else tile_row_32((tiles *)&jb->tl, (const block_q8_32 *)xq, row);
 }
 
 static void run_task(void *data, size_t task) {
@@ -553,24 +715,34 @@ static void release(job *jb) {
   free(jb->tl.s16);
 }
 
+/* 0, or why a type's blocks of `w_bytes` cannot be n rows of k values (both ops' check) */
+static const char *check_shape(int64_t type, int64_t w_bytes, int64_t n, int64_t k) {
+  const kq_format *f = format_of(type);
+  if (!f) return "unsupported ggml_type (Q4_1 = 3, Q8_0 = 8, Q4_K = 12 and Q6_K = 14 are)";
+  if (k <= 0 || k % f->qk) return "K must be a positive multiple of the type's block (256 values; Q4_1, Q8_0: 32)";
+  if (n <= 0 || w_bytes != n * (k / f->qk) * f->bytes) return "the blocks are not N rows of K values";
+  return 0;
+}
+
 /* 0, or why the shapes cannot be multiplied */
 static const char *prepare(job *jb, int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
                            const float *x, int64_t m, float *y, float alpha) {
   memset(jb, 0, sizeof *jb);
+  const char *err = check_shape(type, w_bytes, n, k);
+  if (err) return err;
+  const kq_format *f = format_of(type);
   jb->type = (int)type;
-  jb->dot = dot_for((int)type);
-  if (!jb->dot) return "KQuantMatMul: unsupported ggml_type (Q4_K = 12 and Q6_K = 14 are)";
-  if (k <= 0 || k % QK) return "KQuantMatMul: K must be a positive multiple of 256";
-  jb->nb = k / QK;
-  jb->row_bytes = jb->nb * block_bytes(type);
-  if (n <= 0 || w_bytes != n * jb->row_bytes) return "KQuantMatMul: the blocks are not N rows of K/256 blocks";
-  jb->xq = malloc((size_t)(m > 0 ? m : 1) * (size_t)jb->nb * sizeof(block_q8_k));
-  if (!jb->xq) return "KQuantMatMul: out of memory";
-  jb->gemm = m >= GEMM_MIN_ROWS ? gemm_for() : NULL;
-  jb->quantize = quantize_for();
-  if (jb->gemm && !alloc_tiles(&jb->tl, jb->type, m, jb->nb, gemm_lanes())) {
+  jb->dot = dot_for(type);
+  jb->nb = k / f->qk;
+  jb->row_bytes = jb->nb * f->bytes;
+  jb->act_bytes = f->act_bytes;
+  jb->xq = malloc((size_t)(m > 0 ? m : 1) * (size_t)(jb->nb * jb->act_bytes));
+  if (!jb->xq) return "out of memory";
+  jb->gemm = m >= GEMM_MIN_ROWS ? gemm_for(type) : NULL;
+  jb->quantize = quantize_for(f->qk);
+  if (jb->gemm && !alloc_tiles(&jb->tl, jb->type, f->qk, m, jb->nb, gemm_lanes(type))) {
     release(jb);
-    return "KQuantMatMul: out of memory";
+    return "out of memory";
   }
   jb->w = w;
   jb->x = x;
@@ -611,16 +783,21 @@ KQ_EXPORT const char *hexrag_kq_matmul(int64_t type, const uint8_t *w, int64_t w
 /* rows ids[0..count) of n rows of blocks, as floats [count, k] (KQuantGather); 0 or why not */
 KQ_EXPORT const char *hexrag_kq_gather(int64_t type, const uint8_t *w, int64_t w_bytes, int64_t n, int64_t k,
                                        const int32_t *ids, int64_t count, float *y) {
-  if (type != KQ_Q4_K && type != KQ_Q6_K) return "KQuantGather: unsupported ggml_type (Q4_K = 12 and Q6_K = 14 are)";
-  if (k <= 0 || k % QK) return "KQuantGather: K must be a positive multiple of 256";
-  const int64_t nb = k / QK, row_bytes = nb * block_bytes(type);
-  if (n <= 0 || w_bytes != n * row_bytes) return "KQuantGather: the blocks are not N rows of K/256 blocks";
+  const char *err = check_shape(type, w_bytes, n, k);
+  if (err) return err;
+  const kq_format *f = format_of(type);
+  const int64_t nb = k / f->qk, row_bytes = nb * f->bytes;
   for (int64_t i = 0; i < count; i++)
-    if (ids[i] < 0 || ids[i] >= n) return "KQuantGather: a token id outside the table";
+    if (ids[i] < 0 || ids[i] >= n) return "a token id outside the table";
   for (int64_t i = 0; i < count; i++) {
     const uint8_t *row = w + ids[i] * row_bytes;
-    if (type == KQ_Q4_K) dequantize_q4_k((const block_q4_k *)row, nb, y + i * k);
-    else dequantize_q6_k((const block_q6_k *)row, nb, y + i * k);
+    float *out = y + i * k;
+    switch (type) {
+      case KQ_Q4_K: dequantize_q4_k((const block_q4_k *)row, nb, out); break;
+      case KQ_Q6_K: dequantize_q6_k((const block_q6_k *)row, nb, out); break;
+      case KQ_Q4_1: dequantize_q4_1((const block_q4_1 *)row, nb, out); break;
+      default: dequantize_q8_0((const block_q8_0 *)row, nb, out); break;
+    }
   }
   return 0;
 }
@@ -659,9 +836,10 @@ static OrtStatus *create_kernel(const OrtCustomOp16 *op, OrtApi api, const OrtKe
     ORT_FN(api, ORT_ReleaseStatus, OrtReleaseStatusFn)(st);
     kn->alpha = 1.f;
   }
-  if (!dot_for((int)kn->type) || kn->k % QK) {
+  const kq_format *f = format_of(kn->type);
+  if (!f || kn->k <= 0 || kn->k % f->qk) {
     free(kn);
-    return fail(api, "hexrag K-quant ops: unsupported ggml_type or K not a multiple of 256");
+    return fail(api, "hexrag K-quant ops: unsupported ggml_type or K not a multiple of its block");
   }
   *out = kn;
   return 0;
@@ -732,13 +910,17 @@ static OrtStatus *compute(void *kernel_, OrtKernelContext *ctx) {
   const size_t tasks = (size_t)((kn->n + jb.rows_per_task - 1) / jb.rows_per_task);
   OrtKernelContextParallelForFn parallel_for = ORT_FN(api, ORT_KernelContext_ParallelFor,
                                                       OrtKernelContextParallelForFn);
-  OrtStatus *st = parallel_for(ctx, prep_task, (size_t)m, 0, &jb);
+  OrtStatus *st = 0;
+  if (m < GEMM_MIN_ROWS) /* a few rows quantize in well under a microsecond: no pool round trip */
+    for (int64_t i = 0; i < m; i++) prep_task(&jb, (size_t)i);
+  else
+    st = parallel_for(ctx, prep_task, (size_t)m, 0, &jb);
   if (!st) st = parallel_for(ctx, run_task, tasks, 0, &jb);
   release(&jb);
   return st;
 }
 
-/* KQuantGather(ids int32[...], blocks uint8[N, K/256·bytes]) -> float[..., K]: the rows of a token
+/* KQuantGather(ids int32[...], blocks uint8[N, K/block·bytes]) -> float[..., K]: the rows of a token
  * embedding kept as the GGUF's blocks */
 static OrtStatus *compute_gather(void *kernel_, OrtKernelContext *ctx) {
   const kernel *kn = kernel_;
