@@ -685,9 +685,9 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     assert plan.translation == ENGLISH["咖啡机多久除一次垢？"] and plan.refusal is None
     assert plan.passages[0].title == "Descaling" and "translation_ms" in plan.timings
     assert "请用中文回答" in engine.llm.tokenizer.decode(plan.prompt_ids)
-    assert plan.extractive == "Descale the machine every 3 months, or every month with hard water."
+    assert plan.quotes().extractive == "Descale the machine every 3 months, or every month with hard water."
     # a translation that lost what kind of value is asked (a price) quotes nothing the question did not ask
-    assert not engine.plan(AnswerRequest.ask("除垢要花多少钱？")).extractive
+    assert not engine.plan(AnswerRequest.ask("除垢要花多少钱？")).quotes().extractive
 
     def answered(answer: str):
         gen = GroundedGeneration(_Says(answer), plan, SamplingParams())
@@ -709,7 +709,8 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     # none of them is said: the passage's own sentences are, in the passages' language
     for wrong in ("水箱在机器下面。",  # no passage puts it there
                   "只加冷水。", "加满为止。"):
-        assert answered(wrong) == (plan.extractive, "extractive") and plan.extractive.startswith("The water tank")
+        assert answered(wrong) == (plan.quotes().extractive, "extractive")
+        assert plan.extractive.startswith("The water tank")
     steam = engine.plan(AnswerRequest.ask("咖啡机的蒸汽棒怎么清洗？"))
     assert steam.refusal and "never mentions" in steam.refusal, steam.refusal
 
@@ -729,11 +730,32 @@ def test_a_word_the_kb_never_writes_stops_a_quote_of_a_value_or_a_reply_not_of_a
     engine = _engine_over([tmp_path / "manual.md"], tmp_path, smollm_build, minilm_build)
     meaning = engine.plan(AnswerRequest.ask("What does the amber drop light on the panel mean?"))
     assert "panel" in meaning.unnamed and not meaning.missing_topic, (meaning.unnamed, meaning.missing_topic)
-    assert meaning.extractive.startswith("The amber drop light means the kettle needs descaling.")
+    assert meaning.quotes().extractive.startswith("The amber drop light means the kettle needs descaling.")
     for question in ("How many weeks may the amber drop light on the panel stay on?",
                      "Can I ignore the amber drop light on the panel for a month?"):
         plan = engine.plan(AnswerRequest.ask(question))
-        assert plan.passages[0].title == "Descale light" and "panel" in plan.unnamed and not plan.extractive
+        assert plan.passages[0].title == "Descale light" and "panel" in plan.unnamed and not plan.quotes().extractive
+
+
+def test_quotes_are_computed_when_first_needed_not_before_the_first_word(smollm_build, minilm_build, tmp_path,
+                                                                         monkeypatch):
+    """Ranking a passage's sentences for a quote embeds every one of them; a quote is said only after the
+    model's answer, so the plan leaves it to `quotes()`, which computes it once."""
+    from app.answer.types import AnswerRequest
+
+    (tmp_path / "manual.md").write_text(MANUAL_LIGHTS)
+    engine = _engine_over([tmp_path / "manual.md"], tmp_path, smollm_build, minilm_build)
+    embedded = []
+    real = engine.kb.embedder.embed
+    monkeypatch.setattr(engine.kb.embedder, "embed", lambda texts, **kw: embedded.append(texts) or real(texts, **kw))
+    plan = engine.plan(AnswerRequest.ask("What does the amber drop light mean?"))
+    planned = len(embedded)  # the search's own
+    assert plan.pending is not None and not plan.extractive
+    assert plan.quotes().extractive.startswith("The amber drop light means the kettle needs descaling.")
+    assert len(embedded) > planned and any("Descale it within 2 weeks of the light coming on." in t
+                                           for texts in embedded[planned:] for t in texts)
+    once = len(embedded)
+    assert plan.quotes().extractive and plan.refusal_quote is not None and len(embedded) == once
 
 
 def test_a_quote_for_where_something_is_says_where():

@@ -16,7 +16,7 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -149,9 +149,10 @@ class GroundedGeneration:
             return self._finish("stop", 0, self._grounding(
                 "extractive", "the passages' bound on the amount the question states answers it: their reply and "
                 "sentence are said as they are", [verifier.check(plan.direct)], []))
-        # an amount is answered by an amount: "it depends on MAX_CONTENT_LENGTH", "几个小时" say none
-        need_number = asks_number(plan.question) or (
-            asks_quantity(plan.question) and states_quantity(extract_facts(plan.extractive)))
+        # an amount is answered by an amount: "it depends on MAX_CONTENT_LENGTH", "几个小时" say none (asked
+        # when the first sentence is checked: the quote it looks at is computed on first need)
+        need_number = functools.cache(lambda: asks_number(plan.question) or (
+            asks_quantity(plan.question) and states_quantity(extract_facts(plan.quotes().extractive))))
         gen, stop = self._generate(placed=self._placed(), draft=self.draft)
         draft = yield from self._checked(gen, stop, verifier, need_number)
         result = gen.result
@@ -187,7 +188,7 @@ class GroundedGeneration:
         # the model's "I don't know" stands unless the passages state what each part asks for, or the
         # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
         quote = plan.refusal_quote if verdict == "model_refused" else (
-            plan.limit_answer or plan.extractive or plan.part_quote or plan.bound_quote)
+            plan.limit_answer or plan.quotes().extractive or plan.part_quote or plan.bound_quote)
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
@@ -233,7 +234,7 @@ class GroundedGeneration:
                                 stop=self.stop, cancel=stop, **options)
         return gen, stop
 
-    def _checked(self, gen, stop, verifier: _Checks, need_number: bool, grounded: bool = False):
+    def _checked(self, gen, stop, verifier: _Checks, need_number: Callable[[], bool], grounded: bool = False):
         """Release the model's sentences as they pass the checks (held back for a quantity question until
         one states a number). A sentence the passages do not support is left out, and so is one after it
         that speaks of it ("This method ..."); the sentences after a left-out one, and every sentence
@@ -282,7 +283,7 @@ class GroundedGeneration:
                     break
                 continue
             draft.held.append(check)
-            if need_number and not states_quantity([f for h in draft.held for f in h.facts]):
+            if need_number() and not states_quantity([f for h in draft.held for f in h.facts]):
                 continue  # a quantity question: hold back until the answer states one
             for h in draft.held:
                 yield from self._emit(h.text)
@@ -340,7 +341,7 @@ class GroundedGeneration:
         answer = " ".join(c.text for c in released)
         added = []
         limit = self.plan.limit  # a yes or no is said with the bound it rests on
-        for part, sentence in [*self.plan.supplement, *([(None, limit.bound)] if limit else [])]:
+        for part, sentence in [*self.plan.quotes().supplement, *([(None, limit.bound)] if limit else [])]:
             if part is None:
                 given = {f.key for f in extract_facts(answer)}
                 if {f.key for f in extract_facts(sentence)} <= given:

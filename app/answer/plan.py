@@ -85,6 +85,17 @@ class AnswerPlan:
     rarest: set[str] = field(default_factory=set)  # what the question is most specifically about (_rarest)
     translation: str = ""  # the question in English, searched and compared with the passages in its place
     timings: dict[str, float] = field(default_factory=dict)
+    # what fills `extractive`, `supplement` and `part_quote`, run by `quotes()` when one is first needed:
+    # ranking a passage's sentences embeds every one of them (50-300 ms on two cores), and the quotes are
+    # said only after the model's answer, so the first word never waits for them
+    pending: Callable[[], None] | None = None
+
+    def quotes(self) -> AnswerPlan:
+        """The plan with its quotes filled in (computed once, on first need)."""
+        if self.pending is not None:
+            fill, self.pending = self.pending, None
+            fill()
+        return self
 
     @property
     def citations(self) -> list[Citation]:
@@ -114,6 +125,7 @@ class AnswerPlan:
         the question: on BM25 alone the airbag entry's "一直亮着" led "刹车警告灯一直亮着还能继续开吗？"."""
         read = self.confidence is not None and self.confidence.dense is not None
         one_entry = read and len(self.passages) == 1 and asks_yes_no(self.question)
+        self.quotes()
         return self.limit_answer or self.part_quote or (self.extractive if one_entry else "") or (
             self.bound_quote if read else "")
 
@@ -303,22 +315,27 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     quotable = not plan.missing_topic and not (unknown and (kind_asked or not _about_the_rest(
         places, unknown, plan.passages[0])))
     similarity = _similarity(reader) if reader is not None else None
-    # a translated question's quote is chosen by its translation, in the passages' language
-    if quotable and _answer_sized(kb, plan.passages[0]):
-        best = plan.passages[0]
-        quote = extract_answer(words, best.body, similarity)
-        # quoted only from a passage about what the question asks, and only if it states the kind of
-        # value asked for, as asked and as translated (a translation may lose the unit: "多少升" is litres):
-        # a faithful quote of the wrong entry is still a wrong answer
-        if (on_topic(words, f"{best.title}\n{best.body}") and all(answers_kind(q, quote) for q in {question, words})
-                and _quotable(plan.rarest, words, plan.passages)):
-            plan.extractive = quote
-    if len(asked) > 1 and not plan.translation:
-        plan.supplement = _supplement(question, asked, plan.passages, similarity)
-        kinds = [part for part in asked if not answers_kind(part, "")]
-        said = [s for part, s in plan.supplement if part in kinds]
-        if kinds and len(said) == len(kinds) and not plan.missing_topic:
-            plan.part_quote = join_sentences(list(dict.fromkeys(said)))
+
+    def quotes() -> None:
+        # a translated question's quote is chosen by its translation, in the passages' language
+        if quotable and _answer_sized(kb, plan.passages[0]):
+            best = plan.passages[0]
+            quote = extract_answer(words, best.body, similarity)
+            # quoted only from a passage about what the question asks, and only if it states the kind of
+            # value asked for, as asked and as translated (a translation may lose the unit: "多少升" is
+            # litres): a faithful quote of the wrong entry is still a wrong answer
+            if (on_topic(words, f"{best.title}\n{best.body}")
+                    and all(answers_kind(q, quote) for q in {question, words})
+                    and _quotable(plan.rarest, words, plan.passages)):
+                plan.extractive = quote
+        if len(asked) > 1 and not plan.translation:
+            plan.supplement = _supplement(question, asked, plan.passages, similarity)
+            kinds = [part for part in asked if not answers_kind(part, "")]
+            said = [s for part, s in plan.supplement if part in kinds]
+            if kinds and len(said) == len(kinds) and not plan.missing_topic:
+                plan.part_quote = join_sentences(list(dict.fromkeys(said)))
+
+    plan.pending = quotes
     # a yes-or-no question stating the user's own quantity: the numbers compared for the model and,
     # where the passages bound it, the reply they give
     if asks_yes_no_somewhere(question):
