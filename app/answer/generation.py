@@ -149,8 +149,7 @@ class GroundedGeneration:
             return self._finish("stop", 0, self._grounding(
                 "extractive", "the passages' bound on the amount the question states answers it: their reply and "
                 "sentence are said as they are", [verifier.check(plan.direct)], []))
-        # an amount is answered by an amount: "it depends on MAX_CONTENT_LENGTH", "几个小时" say none (asked
-        # when the first sentence is checked: the quote it looks at is computed on first need)
+        # an amount is answered by an amount: "it depends on MAX_CONTENT_LENGTH", "几个小时" say none
         need_number = functools.cache(lambda: asks_number(plan.question) or (
             asks_quantity(plan.question) and states_quantity(extract_facts(plan.quotes().extractive))))
         gen, stop = self._generate(placed=self._placed(), draft=self.draft)
@@ -283,7 +282,8 @@ class GroundedGeneration:
                     break
                 continue
             draft.held.append(check)
-            if need_number() and not states_quantity([f for h in draft.held for f in h.facts]):
+            # (asked second: whether the question needs a number looks at the quote, computed on first need)
+            if not states_quantity([f for h in draft.held for f in h.facts]) and need_number():
                 continue  # a quantity question: hold back until the answer states one
             for h in draft.held:
                 yield from self._emit(h.text)
