@@ -4,6 +4,7 @@ MatMulNBits, re-quantization for the rest, and the built graphs against the nump
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -110,6 +111,19 @@ def q4_k_m_source(tmp_path_factory):
     return path
 
 
+def _as_close_as_matmulnbits(kernels: Path, nbits: Path, source: Path) -> None:
+    """Greedy logits of the build on hexrag's kernels near the file's own weights (numpy reference), and
+    no further from them than the MatMulNBits build's on the same tokens."""
+    prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
+    tokens, logits = run_greedy(kernels, prompt, 8)
+    expected = RefDecoder.from_gguf(source).logits(tokens)
+    _, other = run_greedy(nbits, tokens[:len(prompt)], 8)
+    for step, got in enumerate(logits):
+        ref = expected[len(prompt) - 1 + step]
+        assert cosine(got, ref) >= 0.995, f"step {step}: cosine {cosine(got, ref):.5f}"
+        assert cosine(got, ref) >= cosine(other[step], ref) - 0.002
+
+
 def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path, monkeypatch):
     """`--quant int4` with the kernel library built: every K-quant layer one KQuantMatMul over the
     file's own bytes (no float scales, no min-term nodes), logits as close to the file's weights as
@@ -135,14 +149,7 @@ def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path,
     nbits = load_manifest(tmp_path / "i4").quantization
     assert nbits.format == "MatMulNBits" and nbits.blocks.weights == {"gguf Q4_K (exact)": 5 * tm.N_LAYER,
                                                                       "gguf Q6_K (exact)": 2 * tm.N_LAYER + 1}
-    prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
-    tokens, logits = run_greedy(out, prompt, 8)
-    expected = RefDecoder.from_gguf(q4_k_m_source).logits(tokens)
-    _, nbits = run_greedy(tmp_path / "i4", tokens[:len(prompt)], 8)
-    for step, got in enumerate(logits):
-        ref = expected[len(prompt) - 1 + step]
-        assert cosine(got, ref) >= 0.995, f"step {step}: cosine {cosine(got, ref):.5f}"
-        assert cosine(got, ref) >= cosine(nbits[step], ref) - 0.002
+    _as_close_as_matmulnbits(out, tmp_path / "i4", q4_k_m_source)
     # a machine where the library did not build says so instead of failing inside ONNX Runtime, and
     # builds MatMulNBits graphs
     monkeypatch.setattr(kquant, "library_path", lambda: None)
@@ -182,14 +189,7 @@ def test_int4_reads_q4_1_and_q8_0_blocks_with_hexrags_kernels(q4_sources, tmp_pa
     assert len(tables) == 1 and int(np.prod(tables[0].dims)) == tm.tiny_vocab_size() * tm.HIDDEN // 32 * 34
     build_llm(src, tmp_path / "nb", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False,
               quant="int4-matmulnbits")
-    prompt = [int(t) for t in np.random.default_rng(7).integers(3, 290, size=21)]
-    tokens, logits = run_greedy(out, prompt, 8)
-    expected = RefDecoder.from_gguf(src).logits(tokens)
-    _, nbits = run_greedy(tmp_path / "nb", tokens[:len(prompt)], 8)
-    for step, got in enumerate(logits):
-        ref = expected[len(prompt) - 1 + step]
-        assert cosine(got, ref) >= 0.995, f"step {step}: cosine {cosine(got, ref):.5f}"
-        assert cosine(got, ref) >= cosine(nbits[step], ref) - 0.002
+    _as_close_as_matmulnbits(out, tmp_path / "nb", src)
     # an int4 build from before the kernels read these blocks is rebuilt by quickstart, not reused
     for qtype in ("Q4_1", "Q8_0"):
         monkeypatch.delitem(blocks.KQUANT_TYPES, qtype)

@@ -136,44 +136,40 @@ static float fp16_to_fp32(uint16_t h) {
 
 /* ---- activations ---- */
 
+/* n values as int8 codes at 127 / max |x|, rounded half to even; returns the block's scale (1 / that),
+ * 0 for a block of zeros (its codes all 0) */
+static float quantize_block(const float *x, int n, int8_t *qs) {
+  float amax = 0.f;
+  for (int j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
+  if (amax == 0.f) {
+    memset(qs, 0, (size_t)n);
+    return 0.f;
+  }
+  const float iscale = 127.f / amax;
+  for (int j = 0; j < n; j++) qs[j] = (int8_t)lrintf(iscale * x[j]);
+  return 1.f / iscale;
+}
+
 static void quantize_row_q8_k(const float *x, void *y_, int64_t k) {
   block_q8_k *y = y_;
   for (int64_t i = 0; i < k / QK; i++, x += QK) {
-    float amax = 0.f;
-    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
     block_q8_k *b = &y[i];
-    if (amax == 0.f) {
-      memset(b, 0, sizeof *b);
-      continue;
-    }
-    const float iscale = 127.f / amax;
-    for (int j = 0; j < QK; j++) b->qs[j] = (int8_t)lrintf(iscale * x[j]);
+    b->d = quantize_block(x, QK, b->qs);
     for (int j = 0; j < QK / 16; j++) {
       int s = 0;
       for (int l = 0; l < 16; l++) s += b->qs[16 * j + l];
       b->bsums[j] = (int16_t)s;
     }
-    b->d = 1.f / iscale;
   }
 }
 
 static void quantize_row_q8_32(const float *x, void *y_, int64_t k) {
   block_q8_32 *y = y_;
   for (int64_t i = 0; i < k / QK32; i++, x += QK32) {
-    float amax = 0.f;
-    for (int j = 0; j < QK32; j++) amax = fmaxf(amax, fabsf(x[j]));
     block_q8_32 *b = &y[i];
-    if (amax == 0.f) {
-      memset(b, 0, sizeof *b);
-      continue;
-    }
-    const float iscale = 127.f / amax;
+    b->d = quantize_block(x, QK32, b->qs);
     b->sum = 0;
-    for (int j = 0; j < QK32; j++) {
-      b->qs[j] = (int8_t)lrintf(iscale * x[j]);
-      b->sum += b->qs[j];
-    }
-    b->d = 1.f / iscale;
+    for (int j = 0; j < QK32; j++) b->sum += b->qs[j];
   }
 }
 
