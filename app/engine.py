@@ -56,7 +56,7 @@ class Engine:
         """Retrieval, the refusal gate and the prompt (no accelerator needed)."""
         s = self.settings
         return plan_answer(request, self.llm, self.knowledge() if request.rag else None, s.default_max_tokens,
-                           s.rag_k, s.rag_min_score)
+                           s.rag_k, s.rag_min_score, kept=self.passage_kv)
 
     def generation(self, plan: AnswerPlan, sampling: SamplingParams | None = None, stop: list[str] | None = None,
                    cancel: threading.Event | None = None) -> GroundedGeneration:

@@ -679,7 +679,7 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
     from runtime.sampling import SamplingParams
 
     (tmp_path / "manual.md").write_text(MANUAL_EN)
-    monkeypatch.setattr(planning, "to_english", lambda llm, text: ENGLISH[text])
+    monkeypatch.setattr(planning, "to_english", lambda llm, text, **_: ENGLISH[text])
     engine = _engine_over([tmp_path / "manual.md"], tmp_path, smollm_build, minilm_build)
     plan = engine.plan(AnswerRequest.ask("咖啡机多久除一次垢？"))
     assert plan.translation == ENGLISH["咖啡机多久除一次垢？"] and plan.refusal is None
@@ -702,7 +702,7 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
             "水箱在机器下面。": "The water tank is under the machine.",
             "只加冷水。": "Only add 冷 water.",
             "加满为止。": "Fill it with 2 litres."}
-    monkeypatch.setattr(generation, "to_english", lambda llm, text, whole: said[text])
+    monkeypatch.setattr(generation, "to_english", lambda llm, text, whole, **_: said[text])
     plan = engine.plan(AnswerRequest.ask("水箱里该加什么水？"))
     assert plan.passages[0].title == "Water tank", plan.passages
     assert answered("只能加新鲜的冷水。") == ("只能加新鲜的冷水。", "answered")
@@ -783,7 +783,7 @@ class _Translator:
     def encode(self, text, bos=True):
         return [0] * len(text)
 
-    def generate(self, ids, max_new_tokens, sampling, ban):
+    def generate(self, ids, max_new_tokens, sampling, ban, placed=None):
         from types import SimpleNamespace
 
         from runtime.llm import Delta

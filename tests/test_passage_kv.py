@@ -394,3 +394,32 @@ def test_keeping_every_passage_stops_at_the_disk_budget_and_skips_what_is_kept(s
         assert len(calls) == 3 and not store.full  # the interrupted passage waited again, then was computed
         again = PassageKV(llm, tmp_path / "rows")  # another process: what is on disk counts as kept, unread
         assert prepare(kb, again, voice=False, progress=False) == (0, 2) and again.loaded == 1  # the instructions
+
+
+def test_a_translation_places_its_instructions_kept_rows_and_says_the_same(smollm_build, monkeypatch):
+    """Every translation of a question (app/answer/translation.py) starts with the same instructions and
+    examples: with a store, their kept rows are placed instead of prefilled, and the model's tokens are
+    the ones a full prefill gives (the rows sit at position 0, where they are what prefill makes)."""
+    from app.answer import translation
+    from app.answer.passage_kv import PassageKV
+
+    llm = LLM(smollm_build)
+    store = PassageKV(llm)
+    runs = []
+    real = llm.generate
+
+    def generate(ids, **options):
+        runs.append(real(ids, **options))
+        return runs[-1]
+
+    monkeypatch.setattr(llm, "generate", generate)
+    question = "这个按钮是做什么用的？"
+    plain = translation._translated(llm, question, False, None)
+    llm.decoder.reset()
+    kept = translation._translated(llm, question, False, store)
+    first, second = (run.result for run in runs)
+    assert first.placed_tokens == 0 and second.placed_tokens > 20 and store.computed == 1
+    assert second.token_ids == first.token_ids and kept == plain
+    llm.decoder.reset()
+    translation._translated(llm, "那个灯是什么意思？", False, store)  # another question: the same rows
+    assert runs[-1].result.placed_tokens == second.placed_tokens and store.computed == 1

@@ -224,7 +224,7 @@ class GroundedGeneration:
         if not plan.translation:
             return of(plan.question)
         return CrossLingualVerifier(of(plan.question, across=True), of(plan.translation),
-                                    functools.partial(to_english, self.llm, whole=True))
+                                    functools.partial(to_english, self.llm, whole=True, kept=self.passage_kv))
 
     def _generate(self, **options):
         """The model's answer to the plan's prompt, stoppable by the caller's cancel and by `_checked`."""

@@ -136,6 +136,12 @@ class PassagePrompt:
 _SLOT = "\ue000"  # a private-use character marks where the user turn's content goes
 
 
+def turn_prefix(llm, messages: list[dict]) -> list[int]:
+    """The token ids a prompt of `messages` and then a user turn has before that turn's content: what
+    every such prompt starts with, whose KV rows can be kept (answer/passage_kv.py)."""
+    return llm.encode(llm.chat_prompt(messages + [{"role": "user", "content": _SLOT}]).split(_SLOT)[0])
+
+
 def passage_prompt(llm, messages: list[dict], passages: list[Passage], note: str = "") -> PassagePrompt:
     """The `with_passages` prompt of `messages` (system turn already in place) encoded whole, as
     before, with the spans read from the tokens' character offsets: a token crossing a passage's
@@ -153,5 +159,4 @@ def passage_prompt(llm, messages: list[dict], passages: list[Passage], note: str
         spans.append((inside[0], len(inside)) if inside else (0, 0))
         start = end + len(PASSAGE_SEP)
     system = [m for m in messages if m["role"] == "system"]
-    prefix = llm.encode(llm.chat_prompt(system + [{"role": "user", "content": _SLOT}]).split(_SLOT)[0])
-    return PassagePrompt(ids, [s for s in spans if s[1]], prefix)
+    return PassagePrompt(ids, [s for s in spans if s[1]], turn_prefix(llm, system))

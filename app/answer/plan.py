@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, partial
+from typing import TYPE_CHECKING
 
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
@@ -34,6 +35,9 @@ from knowledge.profile import AnswerProfile
 from models.manifest import TextKind
 from runtime.errors import ContextOverflowError
 from runtime.llm import LLM
+
+if TYPE_CHECKING:
+    from app.answer.passage_kv import PassageKV
 
 DONT_KNOW = {"en": "I'm sorry, I don't know: the knowledge base has no information about that.",
              "zh": "抱歉，我不知道：知识库里没有这方面的信息。"}
@@ -227,8 +231,9 @@ def _joined(chunks) -> str:
 
 
 def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, default_k: int,
-                default_min_score: float | None) -> AnswerPlan:
-    """Retrieval, the refusal gate and the prompt. `kb` is a KnowledgeBase (or None: a plain chat)."""
+                default_min_score: float | None, kept: PassageKV | None = None) -> AnswerPlan:
+    """Retrieval, the refusal gate and the prompt. `kb` is a KnowledgeBase (or None: a plain chat); `kept`:
+    where a question's translation (translation.py) finds its instructions' rows."""
     started = time.perf_counter()
     messages = [{"role": t.role, "content": t.content} for t in req.turns]
     question = meant(next((m["content"] for m in reversed(messages) if m["role"] == "user"), ""))
@@ -269,7 +274,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
                  or not confident(found.confidence, profile)
                  or _lacks_topic(question, *looked_up(question), found.chosen))):
         translating = time.perf_counter()
-        english = to_english(llm, query)
+        english = to_english(llm, query, kept=kept)
         plan.timings["translation_ms"] = round((time.perf_counter() - translating) * 1000, 1)
         if english and kb.read_by(english) is kb.embedder:
             plan.translation = english

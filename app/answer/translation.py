@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import TYPE_CHECKING
 
 from app.answer.facts import extract_facts
+from app.answer.passages import turn_prefix
 from runtime.llm import LLM
 from runtime.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from app.answer.passage_kv import PassageKV
 
 INSTRUCTION = ("Translate each message of the user into English. Translate every part of it, with every number and "
                "unit as written. Reply with the translation only; never answer it.")
@@ -42,25 +47,32 @@ def _chinese_tokens(llm: LLM) -> frozenset[int]:
     return frozenset(i for i, text in enumerate(texts) if writes_chinese(text))
 
 
-def to_english(llm: LLM, text: str, whole: bool = False) -> str:
+def to_english(llm: LLM, text: str, whole: bool = False, kept: PassageKV | None = None) -> str:
     """The text in English, by the model (greedy); "" when it gives nothing usable: no whole line, a statement
     for a question, or a number the text does not state (an answer, not a translation). `whole`: no Chinese
     token allowed, so a word the model would leave as it is gets put into English ("the滤网 cover"): what a
     sentence checked in English needs. Not at first for a question searched: a word left in Chinese is passed
     over by the English search, while the English word the model is made to pick may find another entry
     (a container's Chinese name made "pot" found no passage for a development question); but a question
-    the model answered instead of translating is tried again so, which leads the model another way."""
-    english = _translated(llm, text, whole)
-    return english if english or whole else _translated(llm, text, True)
+    the model answered instead of translating is tried again so, which leads the model another way.
+    `kept`: where the rows of the instructions and examples every translation starts with are kept, placed
+    instead of prefilled (about 100 tokens: 0.7 s of a 1.5B's prefill on two cores)."""
+    english = _translated(llm, text, whole, kept)
+    return english if english or whole else _translated(llm, text, True, kept)
 
 
-def _translated(llm: LLM, text: str, whole: bool) -> str:
+def _translated(llm: LLM, text: str, whole: bool, kept: PassageKV | None) -> str:
     shown = [turn for source, english in EXAMPLES
              for turn in ({"role": "user", "content": source}, {"role": "assistant", "content": english})]
-    ids = llm.encode_chat([{"role": "system", "content": INSTRUCTION}, *shown, {"role": "user", "content": text}])
+    told = [{"role": "system", "content": INSTRUCTION}, *shown]
+    ids = llm.encode_chat([*told, {"role": "user", "content": text}])
     budget = min(MAX_TOKENS, 2 * len(llm.encode(text, bos=False)) + 8)
     ban = _chinese_tokens(llm) if whole else frozenset()
-    gen = llm.generate(ids, max_new_tokens=budget, sampling=SamplingParams(), ban=ban)
+    placed = None
+    if kept is not None:
+        prefix = turn_prefix(llm, told)
+        placed = {0: kept.rows([], prefix)} if ids[:len(prefix)] == prefix else None
+    gen = llm.generate(ids, max_new_tokens=budget, sampling=SamplingParams(), ban=ban, placed=placed)
     out = "".join(delta.text for delta in gen).strip()
     english = out.splitlines()[0].strip() if out and gen.result.finish_reason == "stop" else ""
     asked = text.rstrip().endswith(("?", "？"))
