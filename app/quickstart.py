@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from build_scripts.graph.blocks import KQUANT_TYPES
+from build_scripts.graph.blocks import kernel_types_on_matmulnbits
 from build_scripts.plan import BuildPlan, EmbedderShape, LLMShape, build_model, parse_quant
 from knowledge import AnswerProfile, KnowledgeBase
 from knowledge.cjk import cjk_share
@@ -86,7 +86,7 @@ def _ready(model_dir: Path, quant: str = "none") -> bool:
         return False
     blocks = m.quantization.blocks
     if quant == "int4" and kquant.preferred() and blocks is not None and (
-            not blocks.kquant_kernels or any(o == f"gguf {t} (exact)" for o in blocks.weights for t in KQUANT_TYPES)):
+            not blocks.kquant_kernels or kernel_types_on_matmulnbits(blocks.weights)):
         # built before the kernels were here, or before they read all of its block types
         log.info("not reusing %s: built without hexrag's K-quant kernels for its blocks, which are here now", model_dir)
         return False

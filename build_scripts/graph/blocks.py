@@ -145,7 +145,7 @@ def from_gguf(qtype: str, raw: np.ndarray) -> BlockWeight | None:
         return None
     b = np.ascontiguousarray(raw).view(_LAYOUTS[qtype])  # [N, blocks per row]
     n = b.shape[0]
-    origin = f"gguf {qtype} (exact)"
+    origin = _exact(qtype)
     if qtype in ("Q4_0", "Q4_1"):
         qs = b["qs"]  # element j: low nibble of qs[j]; element j + 16: its high nibble
         codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
@@ -196,6 +196,17 @@ CPU_RECIPES = {
 }
 # the GGUF types the K-quant kernels read -> (GGML's type number: the op's ggml_type, values per block)
 KQUANT_TYPES = {"Q4_1": (3, 32), "Q8_0": (8, 32), "Q4_K": (12, 256), "Q6_K": (14, 256)}
+
+
+def _exact(qtype: str) -> str:
+    """A weight's origin when its GGUF blocks were mapped onto MatMulNBits bit-exactly."""
+    return f"gguf {qtype} (exact)"
+
+
+def kernel_types_on_matmulnbits(origins) -> bool:
+    """Whether a build's weight origins (CpuBlocksRecord.weights) hold GGUF types the K-quant kernels
+    read that were mapped onto MatMulNBits instead (a build from before the kernels read them)."""
+    return any(_exact(qtype) in origins for qtype in KQUANT_TYPES)
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations: the fast integer kernels
 
 

@@ -654,6 +654,13 @@ static int alloc_tiles(tiles *t, int type, int64_t qk, int64_t m, int64_t nb, in
   return t->q && t->d && (t->s32 || t->s16);
 }
 
+/* a block's scale and its values, 4 at a time, into one lane of the tiles */
+static void tile_block(tiles *t, int64_t at, int64_t lane, float d, const int8_t *qs) {
+  t->d[at * t->lanes + lane] = d;
+  int8_t *q = t->q + at * t->qk * t->lanes + lane * 4;
+  for (int64_t k = 0; k < t->qk / 4; k++) memcpy(q + k * t->lanes * 4, qs + 4 * k, 4);
+}
+
 /* one quantized activation row into its lane of the tiles (rows write disjoint bytes: the rows of a
  * prefill are placed in parallel) */
 static void tile_row(tiles *t, const block_q8_k *row_blocks, int64_t row) {
@@ -661,9 +668,7 @@ static void tile_row(tiles *t, const block_q8_k *row_blocks, int64_t row) {
   for (int64_t i = 0; i < t->nb; i++) {
     const block_q8_k *b = row_blocks + i;
     const int64_t at = g * t->nb + i;
-    t->d[at * lanes + lane] = b->d;
-    int8_t *q = t->q + at * QK * lanes + lane * 4;
-    for (int k = 0; k < QK / 4; k++) memcpy(q + k * lanes * 4, b->qs + 4 * k, 4);
+    tile_block(t, at, lane, b->d, b->qs);
     if (t->s32)
       for (int s = 0; s < 8; s++)
         t->s32[(at * 8 + s) * lanes + lane] = (float)(b->bsums[2 * s] + b->bsums[2 * s + 1]);
@@ -673,14 +678,11 @@ static void tile_row(tiles *t, const block_q8_k *row_blocks, int64_t row) {
 }
 
 static void tile_row_32(tiles *t, const block_q8_32 *row_blocks, int64_t row) {
-  const int64_t g = row / t->lanes, lane = row % t->lanes, lanes = t->lanes;
+  const int64_t g = row / t->lanes, lane = row % t->lanes;
   for (int64_t i = 0; i < t->nb; i++) {
-    const block_q8_32 *b = row_blocks + i;
     const int64_t at = g * t->nb + i;
-    t->d[at * lanes + lane] = b->d;
-    t->s32[at * lanes + lane] = (float)b->sum;
-    int8_t *q = t->q + at * QK32 * lanes + lane * 4;
-    for (int k = 0; k < QK32 / 4; k++) memcpy(q + k * lanes * 4, b->qs + 4 * k, 4);
+    tile_block(t, at, lane, row_blocks[i].d, row_blocks[i].qs);
+    t->s32[at * t->lanes + lane] = (float)row_blocks[i].sum;
   }
 }
 
