@@ -48,3 +48,32 @@ def test_every_question_names_sections_that_state_its_facts(folder):
             for spellings in q.facts:
                 assert _stated(text, spellings) or any(_stated(h.text, spellings) for h in named), \
                     f"{split}: {q.question!r}: no named section states {spellings}"
+
+
+def test_two_evals_of_one_domain_share_the_kb_the_first_to_finish_ingested(tiny_builds, tmp_path, monkeypatch):
+    """Two evals started together both ingest a domain new to the cache: the one finishing second uses
+    the KB the first stored instead of failing on its rename."""
+    from app.bench.domains import domain_kb
+    from knowledge import KnowledgeBase
+    from runtime.embedder import Embedder
+
+    folder = tmp_path / "tiny"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "docs" / "guide.md").write_text("# Guide\n\n## Filters\n\nReplace the filter every 6 months.\n")
+    (folder / "domain.json").write_text('{"documents": ["docs"]}')
+    monkeypatch.setenv("HEXRAG_CACHE", str(tmp_path / "cache"))
+    embedder = Embedder(tiny_builds["bert"])
+    ingest, copies, started = KnowledgeBase.ingest, [], []
+
+    def ingest_after_another(kb, *args, **kwargs):  # the other eval stores the same KB meanwhile
+        if not started:
+            started.append(True)
+            copies.append(domain_kb(folder, embedder, progress=False))
+        return ingest(kb, *args, **kwargs)
+
+    monkeypatch.setattr(KnowledgeBase, "ingest", ingest_after_another)
+    copies.append(domain_kb(folder, embedder, progress=False))
+    assert len(list((tmp_path / "cache" / "eval-kbs").iterdir())) == 1  # one stored KB, no stray build left
+    for copy in copies:
+        with KnowledgeBase.open(copy) as kb:
+            assert "6 months" in "".join(h.text for h in kb.all_hits())

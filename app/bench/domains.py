@@ -108,7 +108,12 @@ def domain_kb(folder: Path, embedder, progress: bool = True, second=None) -> Pat
             shutil.rmtree(building, ignore_errors=True)
             raise BenchError(f"domain {folder.name}: {len(report.failed)} document(s) failed to ingest: "
                              + "; ".join(f"{path}: {why}" for path, why in report.failed[:3]))
-        building.rename(cached)
+        try:
+            building.rename(cached)
+        except OSError:  # another eval of this domain ingested it first: theirs is the same KB
+            shutil.rmtree(building, ignore_errors=True)
+            if not cached.is_dir():
+                raise
     copy = Path(tempfile.mkdtemp(prefix=f"hexrag-eval-{folder.name}-"))
     shutil.copytree(cached, copy, dirs_exist_ok=True)
     with KnowledgeBase.open(copy) as kb:  # the profile is set on the copy: editing it needs no new ingest
