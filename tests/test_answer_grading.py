@@ -4,7 +4,8 @@ an unanswerable question is wrong."""
 
 from __future__ import annotations
 
-from app.bench.answers import AnswerQuestion, grade
+from app.answer.types import Citation
+from app.bench.answers import AnswerQuestion, expected_shown, grade, summarize
 
 REFERENCE = ["With a normal load, inflate the front tyres to 240 kPa (35 psi) and the rear tyres to 260 kPa (38 psi)."]
 FRONT = AnswerQuestion("what pressure do the front tyres need?", "en", True, ["tyre-pressure"], [["240 kPa", "35 psi"]], [])
@@ -46,7 +47,6 @@ def test_a_yes_or_no_question_needs_the_right_reply():
 
 
 def test_false_claims_count_answers_to_unanswerable_questions_and_false_facts():
-    from app.bench.answers import summarize
 
     sunroof = AnswerQuestion("how do I open the sunroof?", "en", False, [], [], [])
     rows = [grade(FRONT, "The front tyres need 240 kPa.", False, REFERENCE),  # right
@@ -56,3 +56,20 @@ def test_false_claims_count_answers_to_unanswerable_questions_and_false_facts():
             grade(sunroof, "I don't know.", True, REFERENCE)]
     summary = summarize(rows)
     assert summary["false_claim_rate"] == 0.4 and summary["refused_answerable"] == round(1 / 3, 4)
+
+
+def test_whether_an_expected_passage_was_shown_splits_retrieval_from_answer_failures():
+    faq = Citation(index=1, source="faq.md", entry_id="tyre-pressure", snippet="", score=0.5)
+    section = Citation(index=2, source="docs/config.html", heading="Configuration > Builtin Configuration Values",
+                       snippet="", score=0.4)
+    assert expected_shown([faq], ["tyre-pressure"]) and not expected_shown([faq], ["wipers"])
+    assert expected_shown([section], ["config.html#Builtin Configuration Values"])  # a heading's last parts
+    assert not expected_shown([section], ["config.html#Configuration"])
+    assert not expected_shown([section], ["api.html#Builtin Configuration Values"])
+    assert not expected_shown([], ["tyre-pressure"])  # refused before any passage was shown
+    rows = [{**grade(FRONT, "The front tyres need 240 kPa.", False, REFERENCE), "shown": True},
+            {**grade(FRONT, "I don't know.", True, REFERENCE), "shown": True},
+            {**grade(FRONT, "I don't know.", True, REFERENCE), "shown": False}]
+    summary = summarize(rows)
+    assert summary["shown"] == round(2 / 3, 4) and summary["correct_when_shown"] == 0.5
+

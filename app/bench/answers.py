@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from app.answer.facts import FactIndex, extract_facts
 from app.bench.errors import BenchError
+from knowledge.evaluation import matches
 from runtime.bench import spread
 
 
@@ -131,6 +132,10 @@ def summarize(rows: list[dict]) -> dict:
         "partial": _rate(sum(r["grade"] == "partial" for r in answerable), len(answerable)),
         "wrong": _rate(sum(r["grade"] == "wrong" for r in answerable), len(answerable)),
         "refused_answerable": _rate(sum(r["refused"] for r in answerable), len(answerable)),
+        # an expected entry among the passages shown, and how often the answer was right when it was
+        "shown": _rate(sum(bool(r.get("shown")) for r in answerable), len(answerable)),
+        "correct_when_shown": _rate(sum(r["grade"] == "correct" for r in answerable if r.get("shown")),
+                                    sum(bool(r.get("shown")) for r in answerable)),
         # over every answer given (refusals state nothing)
         "unsupported_fact_rate": _rate(sum(bool(r["unsupported"]) for r in rows), len(rows)),
         # answers that claim something false: any answer to a question the KB cannot answer, and an answer
@@ -184,10 +189,16 @@ def _chunks(kb) -> list:
     return [Hit(r.id, r.text, r.source, r.name, r.heading, r.entry_id, 0.0) for r in records.values()]
 
 
+def expected_shown(citations: list, expected: list[str]) -> bool:
+    """Whether a passage the answer was shown is one of the expected references."""
+    from knowledge.retrieval import Hit
+
+    places = [Hit(0, "", c.source, c.source, c.heading or "", c.entry_id, 0.0) for c in citations]
+    return any(matches(h, e) for h in places for e in expected)
+
+
 def reference_texts(chunks: list, expected: list[str]) -> list[str]:
     """The texts of the KB chunks an expected reference names (entry id or "file#heading")."""
-    from knowledge.evaluation import matches
-
     return [h.text for h in chunks if any(matches(h, e) for e in expected)]
 
 
@@ -207,6 +218,8 @@ def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = F
         g = answer.grounding
         row.update(decision=g.decision if g else None, reason=g.reason if g else None,
                    refusal_probability=g.refusal_probability if g else None)
+        if q.answerable:  # was an expected entry among the passages shown: retrieval's share of a failure
+            row["shown"] = expected_shown(answer.citations, q.expected)
         row["first_sentence_ms"] = answer.timings.get("first_sentence_ms")
         row["answer_ms"] = answer.timings.get("total_ms")
         row["first_parts"] = first_parts(answer.timings)
@@ -222,7 +235,8 @@ def format_summary(result: dict) -> str:
              f"correct {s['correct']}  partial {s['partial']}  wrong {s['wrong']}  refused {s['refused_answerable']}"
              "  (of answerable)",
              f"answers with an unsupported fact {s['unsupported_fact_rate']}  with a false claim {s['false_claim_rate']}",
-             f"refusals: precision {s['refusal_precision']}  recall {s['refusal_recall']}"]
+             f"refusals: precision {s['refusal_precision']}  recall {s['refusal_recall']}",
+             f"an expected passage shown {s['shown']}  correct when shown {s['correct_when_shown']}"]
     for lang, v in s["by_language"].items():
         lines.append(f"  {lang}: correct {v['correct']} of {v['answerable']}")
     for key, what in (("first_sentence_ms", "first sentence"), ("answer_ms", "whole answer")):
@@ -237,5 +251,6 @@ def format_summary(result: dict) -> str:
         lines.append("not fully correct:")
         for r in s["failing"]:
             extra = f" unsupported={r['unsupported']}" if r["unsupported"] else ""
+            extra += " (expected passage not shown)" if r["answerable"] and not r.get("shown") else ""
             lines.append(f"  [{r['grade']}] {r['question']} -> {r['answer'][:160]!r}{extra}")
     return "\n".join(lines)
