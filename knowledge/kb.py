@@ -568,6 +568,28 @@ class KnowledgeBase:
         reader = self._reader(query)
         return reader.embedder if reader is not None else None
 
+    def nearest_in_meaning(self, hit: Hit, keep: Callable[[Hit], bool], depth: int = 256) -> Hit | None:
+        """The place nearest the hit by the second embedder's stored vectors (the multilingual side) among
+        those `keep` accepts ("written in Chinese": that side ranks a passage's own language first, so its
+        translation lies further down), looked for among the `depth` nearest chunks; None when there is
+        none there, or the KB has no second vectors for the hit."""
+        second = self.second_embedder
+        if second is None or self.second_model_id != second.model_id:
+            return None
+        with self._lock, self.store.reading():
+            vectors = self.store.vectors(np.array([hit.chunk_id], np.int64), second.dim, SECOND)
+            if not len(vectors):
+                return None
+            raw = self._dense(_Reader(second, self._second_vectors, SECOND), vectors[0], depth, None)
+            records = self.store.chunks([i for i, _ in raw])
+        for cid, score in raw:
+            r = records[cid]
+            near = Hit(cid, r.text, r.source, r.name, r.heading, r.entry_id, score, {"dense": score}, r.start, r.end,
+                       r.document_id, SCORE_KINDS["dense"])
+            if section_key(r) != section_key(hit) and keep(near):
+                return near
+        return None
+
     def section_text(self, hit: Hit) -> str:
         """The whole section (or FAQ entry) a hit is one chunk of: a long section is indexed in
         windows, and the sentence that answers may sit in the window next to the one that matched

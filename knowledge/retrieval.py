@@ -42,8 +42,8 @@ class Hit:
         return asdict(self)
 
 
-def section_key(record: ChunkRecord) -> tuple[int, str, str | None]:
-    """The place a chunk belongs to: its document's section (heading path) or FAQ entry."""
+def section_key(record: ChunkRecord | Hit) -> tuple[int, str, str | None]:
+    """The place a chunk (or a hit) belongs to: its document's section (heading path) or FAQ entry."""
     return record.document_id, record.heading, record.entry_id
 
 

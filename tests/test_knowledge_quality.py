@@ -83,3 +83,37 @@ def test_a_second_embedder_ranks_chinese_by_meaning(sample_kb, minilm_build, e5_
     assert zh.n >= 20 and zh.recall[1] >= en.recall[1] - 0.05, (en, zh)
     assert zh.recall[1] > result.get("hybrid", "zh").recall[1]  # words alone before
     assert en.recall == result.get("hybrid", "en").recall
+
+
+def test_a_chinese_question_is_answered_from_the_entry_its_translation_finds(sample_kb, minilm_build, e5_build,
+                                                                            smollm_build, tmp_path, monkeypatch):
+    """The second embedder ranks entries in the question's language first: a Chinese question about what
+    only an English entry says found a Chinese entry about something else. The translation's search is
+    taken unless the Chinese search found its best entry's own twin, which is then answered in Chinese."""
+    import shutil
+
+    from app.answer import plan as planning
+    from app.answer.types import AnswerRequest
+    from runtime.llm import LLM
+
+    copy = tmp_path / "kb"
+    shutil.copytree(sample_kb, copy)
+    english = {"这车电池到底有多少度电？电池包质保是几年？":
+               "How much energy does the battery hold, and how long is the battery warranty?",
+               "遥控钥匙里面装的是哪种纽扣电池？": "What kind of coin battery is in the key fob?"}
+    monkeypatch.setattr(planning, "to_english", lambda llm, text, kept=None: english[text])
+    llm = LLM(smollm_build)
+    with KnowledgeBase.open(copy, Embedder(minilm_build), second_embedder=Embedder(e5_build)) as kb:
+        kb.embed_second()
+        capacity, fob = english
+        assert kb.search(capacity, k=1)[0].entry_id != "battery-capacity-warranty"  # an English-only entry
+        plan = planning.plan_answer(AnswerRequest.ask(capacity), llm, kb, 64, 5, None)
+        assert plan.passages[0].hit.entry_id == "battery-capacity-warranty" and plan.translation == english[capacity]
+        plan = planning.plan_answer(AnswerRequest.ask(fob), llm, kb, 64, 5, None)
+        assert plan.passages[0].hit.entry_id == "key-fob-battery-zh" and not plan.translation
+        # twins are each other's nearest place in the other language, whatever sits nearer in their own
+        zh = lambda h: any("\u4e00" <= c <= "\u9fff" for c in h.text)  # noqa: E731
+        entries = {h.entry_id: h for h in kb.all_hits() if h.entry_id}
+        twins = [e for e in entries if e + "-zh" in entries]
+        found = [kb.nearest_in_meaning(entries[e], zh).entry_id == e + "-zh" for e in twins]
+        assert len(twins) >= 20 and sum(found) >= len(twins) - 1, (len(twins), sum(found))

@@ -32,6 +32,7 @@ from app.answer.types import AnswerRequest, Citation
 from app.voice import VOICE_MAX_TOKENS
 from knowledge.prompts import answer_instructions, voice_instructions, with_system
 from knowledge.profile import AnswerProfile
+from knowledge.retrieval import Hit, section_key
 from models.manifest import TextKind
 from runtime.errors import ContextOverflowError
 from runtime.llm import LLM
@@ -158,6 +159,21 @@ def _retrieved(kb, query: str, question: str, opts, k: int, default_min_score: f
     return _Found(chosen, reader, best)
 
 
+def _same_place(kb, translated: Hit, found: Hit, lang: str) -> bool:
+    """Whether `found` (a passage in the question's language) says what the translation's best passage
+    does: each is the other's nearest place in the other's language by the second embedder's meaning (a
+    bilingual KB's twin entries, translated pages' sections). Both ways: an entry with no translation
+    has a nearest one all the same, the related entry a search in the question's language may have
+    found too, and that one's own nearest in the other language is its twin."""
+    other = language(translated.text)
+    if other == lang:
+        return section_key(translated) == section_key(found)
+    there = kb.nearest_in_meaning(translated, lambda h: language(h.text) == lang)
+    back = kb.nearest_in_meaning(found, lambda h: language(h.text) == other)
+    return (there is not None and back is not None and section_key(there) == section_key(found)
+            and section_key(back) == section_key(translated))
+
+
 def retrieval_query(messages: list[dict]) -> str:
     users = [m["content"] for m in messages if m["role"] == "user" and m["content"].strip()]
     if not users:
@@ -269,16 +285,22 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         topic = _topic_words(text, ignore)
         return topic, _places(kb, topic)
 
-    if (found.reader is not kb.embedder and kb.embedder is not None
-            and (found.reader is None or not found.chosen or language(found.chosen[0].text) != plan.lang
-                 or not confident(found.confidence, profile)
-                 or _lacks_topic(question, *looked_up(question), found.chosen))):
+    if found.reader is not kb.embedder and kb.embedder is not None:
+        # searched in its own language by the second embedder, whose ranking favours passages in the
+        # question's language even when only a passage in the first's says what it asks: the translation
+        # is searched too, and its best place stands unless the first search found that place's own
+        # counterpart in the question's language (_same_place)
+        doubtful = (found.reader is None or not found.chosen or language(found.chosen[0].text) != plan.lang
+                    or not confident(found.confidence, profile)
+                    or _lacks_topic(question, *looked_up(question), found.chosen))
         translating = time.perf_counter()
         english = to_english(llm, query, kept=kept)
         plan.timings["translation_ms"] = round((time.perf_counter() - translating) * 1000, 1)
         if english and kb.read_by(english) is kb.embedder:
-            plan.translation = english
-            found = _retrieved(kb, english, english, opts, k, default_min_score, ignore)
+            translated = _retrieved(kb, english, english, opts, k, default_min_score, ignore)
+            if doubtful or (translated.chosen and confident(translated.confidence, profile)
+                            and not _same_place(kb, translated.chosen[0], found.chosen[0], plan.lang)):
+                plan.translation, found = english, translated
     words = plan.translation or question  # the question as the passages' words are compared with it
     chosen, reader = found.chosen, found.reader
     plan.timings["retrieval_ms"] = round((time.perf_counter() - started) * 1000, 1)
