@@ -159,19 +159,22 @@ def _retrieved(kb, query: str, question: str, opts, k: int, default_min_score: f
     return _Found(chosen, reader, best)
 
 
-def _same_place(kb, translated: Hit, found: Hit, lang: str) -> bool:
-    """Whether `found` (a passage in the question's language) says what the translation's best passage
-    does: each is the other's nearest place in the other's language by the second embedder's meaning (a
-    bilingual KB's twin entries, translated pages' sections). Both ways: an entry with no translation
-    has a nearest one all the same, the related entry a search in the question's language may have
-    found too, and that one's own nearest in the other language is its twin."""
-    other = language(translated.text)
-    if other == lang:
-        return section_key(translated) == section_key(found)
-    there = kb.nearest_in_meaning(translated, lambda h: language(h.text) == lang)
-    back = kb.nearest_in_meaning(found, lambda h: language(h.text) == other)
-    return (there is not None and back is not None and section_key(there) == section_key(found)
-            and section_key(back) == section_key(translated))
+def _found_too(kb, translated: list[Hit], found: Hit, lang: str) -> bool:
+    """Whether the translation's search found what `found` (the best passage of the search in the question's
+    language) says: its twin, the place nearest it in the other language by the second embedder's meaning
+    whose own nearest in the question's language is `found` again (a bilingual KB's twin entries, translated
+    pages' sections), is among the passages the translation would show. Both ways: an entry with no
+    translation has a nearest one in the other language all the same."""
+    if any(section_key(h) == section_key(found) for h in translated):
+        return True
+    other = {language(h.text) for h in translated} - {lang}
+    if len(other) != 1:
+        return False
+    back = kb.nearest_in_meaning(found, lambda h: language(h.text) in other)
+    if back is None or not any(section_key(h) == section_key(back) for h in translated):
+        return False
+    there = kb.nearest_in_meaning(back, lambda h: language(h.text) == lang)
+    return there is not None and section_key(there) == section_key(found)
 
 
 def retrieval_query(messages: list[dict]) -> str:
@@ -288,8 +291,8 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     if found.reader is not kb.embedder and kb.embedder is not None:
         # searched in its own language by the second embedder, whose ranking favours passages in the
         # question's language even when only a passage in the first's says what it asks: the translation
-        # is searched too, and its best place stands unless the first search found that place's own
-        # counterpart in the question's language (_same_place)
+        # is searched too, and its passages stand unless they hold the twin of the first search's best
+        # (_found_too), which is then answered from in the question's language
         doubtful = (found.reader is None or not found.chosen or language(found.chosen[0].text) != plan.lang
                     or not confident(found.confidence, profile)
                     or _lacks_topic(question, *looked_up(question), found.chosen))
@@ -299,7 +302,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         if english and kb.read_by(english) is kb.embedder:
             translated = _retrieved(kb, english, english, opts, k, default_min_score, ignore)
             if doubtful or (translated.chosen and confident(translated.confidence, profile)
-                            and not _same_place(kb, translated.chosen[0], found.chosen[0], plan.lang)):
+                            and not _found_too(kb, translated.chosen, found.chosen[0], plan.lang)):
                 plan.translation, found = english, translated
     words = plan.translation or question  # the question as the passages' words are compared with it
     chosen, reader = found.chosen, found.reader
