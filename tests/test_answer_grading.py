@@ -47,7 +47,6 @@ def test_a_yes_or_no_question_needs_the_right_reply():
 
 
 def test_false_claims_count_answers_to_unanswerable_questions_and_false_facts():
-
     sunroof = AnswerQuestion("how do I open the sunroof?", "en", False, [], [], [])
     rows = [grade(FRONT, "The front tyres need 240 kPa.", False, REFERENCE),  # right
             grade(FRONT, "The front tyres need 290 kPa.", False, REFERENCE),  # a false number
@@ -72,4 +71,3 @@ def test_whether_an_expected_passage_was_shown_splits_retrieval_from_answer_fail
             {**grade(FRONT, "I don't know.", True, REFERENCE), "shown": False}]
     summary = summarize(rows)
     assert summary["shown"] == round(2 / 3, 4) and summary["correct_when_shown"] == 0.5
-

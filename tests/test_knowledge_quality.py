@@ -88,8 +88,8 @@ def test_a_second_embedder_ranks_chinese_by_meaning(sample_kb, minilm_build, e5_
 def test_a_chinese_question_is_answered_from_the_entry_its_translation_finds(sample_kb, minilm_build, e5_build,
                                                                             smollm_build, tmp_path, monkeypatch):
     """The second embedder ranks entries in the question's language first: a Chinese question about what
-    only an English entry says found a Chinese entry about something else. The translation's search is
-    taken unless the Chinese search found its best entry's own twin, which is then answered in Chinese."""
+    only an English entry says found a Chinese entry about something else. The translation's passages are
+    taken unless they hold the twin of the Chinese search's best entry, which is then answered in Chinese."""
     import shutil
 
     from app.answer import plan as planning

@@ -292,7 +292,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         # searched in its own language by the second embedder, whose ranking favours passages in the
         # question's language even when only a passage in the first's says what it asks: the translation
         # is searched too, and its passages stand unless they hold the twin of the first search's best
-        # (_found_too), which is then answered from in the question's language
+        # (_found_too): then that passage, in the question's language, is the answer's
         doubtful = (found.reader is None or not found.chosen or language(found.chosen[0].text) != plan.lang
                     or not confident(found.confidence, profile)
                     or _lacks_topic(question, *looked_up(question), found.chosen))

@@ -32,6 +32,7 @@ from tqdm import tqdm
 from app.answer.facts import FactIndex, extract_facts
 from app.bench.errors import BenchError
 from knowledge.evaluation import matches
+from knowledge.retrieval import Hit
 from runtime.bench import spread
 
 
@@ -183,16 +184,12 @@ def first_parts(timings: dict[str, float]) -> dict[str, float] | None:
 
 
 def _chunks(kb) -> list:
-    from knowledge.retrieval import Hit
-
     records = kb.store.chunks(kb.store.chunk_ids().tolist())
     return [Hit(r.id, r.text, r.source, r.name, r.heading, r.entry_id, 0.0) for r in records.values()]
 
 
 def expected_shown(citations: list, expected: list[str]) -> bool:
     """Whether a passage the answer was shown is one of the expected references."""
-    from knowledge.retrieval import Hit
-
     places = [Hit(0, "", c.source, c.source, c.heading or "", c.entry_id, 0.0) for c in citations]
     return any(matches(h, e) for h in places for e in expected)
 
