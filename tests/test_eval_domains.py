@@ -53,6 +53,8 @@ def test_every_question_names_sections_that_state_its_facts(folder):
 def test_two_evals_of_one_domain_share_the_kb_the_first_to_finish_ingested(tiny_builds, tmp_path, monkeypatch):
     """Two evals started together both ingest a domain new to the cache: the one finishing second uses
     the KB the first stored instead of failing on its rename."""
+    import shutil
+
     from app.bench.domains import domain_kb
     from knowledge import KnowledgeBase
     from runtime.embedder import Embedder
@@ -77,3 +79,4 @@ def test_two_evals_of_one_domain_share_the_kb_the_first_to_finish_ingested(tiny_
     for copy in copies:
         with KnowledgeBase.open(copy) as kb:
             assert "6 months" in "".join(h.text for h in kb.all_hits())
+        shutil.rmtree(copy)  # the caller removes the copies domain_kb makes
