@@ -62,6 +62,12 @@ class _Reader:
         return self.embedder.dim
 
 
+def _hit(r: ChunkRecord, score: float = 0.0, scores: dict[str, float] | None = None, kind: str = "") -> Hit:
+    """A stored chunk as a search hit with its score, the signals known for it and the score's kind."""
+    return Hit(r.id, r.text, r.source, r.name, r.heading, r.entry_id, score, scores or {}, r.start, r.end,
+               r.document_id, kind)
+
+
 @dataclass
 class CheckReport:
     ok: bool
@@ -523,8 +529,7 @@ class KnowledgeBase:
         """Every chunk as a hit (score 0), in id order: for work over the whole KB."""
         with self._lock, self.store.reading():
             records = self.store.chunks(self.store.chunk_ids().tolist())
-        return [Hit(r.id, r.text, r.source, r.name, r.heading, r.entry_id, 0.0, {}, r.start, r.end, r.document_id)
-                for r in records.values()]
+        return [_hit(r) for r in records.values()]
 
     def warm(self) -> None:
         """Read what the first lexical search would (the chunks' lengths of both BM25 indexes), so a
@@ -583,10 +588,8 @@ class KnowledgeBase:
             raw = self._dense(_Reader(second, self._second_vectors, SECOND), vectors[0], depth, None)
             records = self.store.chunks([i for i, _ in raw])
         for cid, score in raw:
-            r = records[cid]
-            near = Hit(cid, r.text, r.source, r.name, r.heading, r.entry_id, score, {"dense": score}, r.start, r.end,
-                       r.document_id, SCORE_KINDS["dense"])
-            if section_key(r) != section_key(hit) and keep(near):
+            near = _hit(records[cid], score, {"dense": score}, SCORE_KINDS["dense"])
+            if section_key(near) != section_key(hit) and keep(near):
                 return near
         return None
 
@@ -616,9 +619,8 @@ class KnowledgeBase:
         cosines = {}
         if vectors is not None:  # the query embedded outside the lock: searches need not wait for it
             cosines = dict(zip(ids, (vectors @ self._query_vector(self.embedder, query)).tolist()))
-        return [Hit(i, r.text, r.source, r.name, r.heading, r.entry_id, cosines.get(i, 0.0),
-                    {"dense": cosines[i]} if i in cosines else {}, r.start, r.end, r.document_id,
-                    SCORE_KINDS["dense"] if cosines else "") for i, r in ((i, records[i]) for i in ids)]
+        return [_hit(records[i], cosines.get(i, 0.0), {"dense": cosines[i]} if i in cosines else {},
+                     SCORE_KINDS["dense"] if cosines else "") for i in ids]
 
     def search(self, query: str, k: int = 5, mode: str = "hybrid", sources: str | list[str] | None = None,
                document: int | str | None = None, min_score: float | None = None) -> list[Hit]:
@@ -695,7 +697,6 @@ class KnowledgeBase:
                 scores = {"dense": dense_score.get(cid), "bm25": bm25_score.get(cid)}
                 if mode == "hybrid":
                     scores["hybrid"], scores["place"] = score, place_score.get(section_key(r))
-                hits.append(Hit(cid, r.text, r.source, r.name, r.heading, r.entry_id, float(score),
-                                {m: float(s) for m, s in scores.items() if s is not None}, r.start, r.end,
-                                r.document_id, SCORE_KINDS[mode]))
+                hits.append(_hit(r, float(score), {m: float(s) for m, s in scores.items() if s is not None},
+                                 SCORE_KINDS[mode]))
             return hits
