@@ -93,6 +93,7 @@ def test_a_chinese_question_is_answered_from_the_entry_its_translation_finds(sam
     import shutil
 
     from app.answer import plan as planning
+    from app.answer.passages import language
     from app.answer.types import AnswerRequest
     from runtime.llm import LLM
 
@@ -112,7 +113,7 @@ def test_a_chinese_question_is_answered_from_the_entry_its_translation_finds(sam
         plan = planning.plan_answer(AnswerRequest.ask(fob), llm, kb, 64, 5, None)
         assert plan.passages[0].hit.entry_id == "key-fob-battery-zh" and not plan.translation
         # twins are each other's nearest place in the other language, whatever sits nearer in their own
-        zh = lambda h: any("\u4e00" <= c <= "\u9fff" for c in h.text)  # noqa: E731
+        zh = lambda h: language(h.text) == "zh"  # noqa: E731
         entries = {h.entry_id: h for h in kb.all_hits() if h.entry_id}
         twins = [e for e in entries if e + "-zh" in entries]
         found = [kb.nearest_in_meaning(entries[e], zh).entry_id == e + "-zh" for e in twins]

@@ -61,16 +61,25 @@ def to_english(llm: LLM, text: str, whole: bool = False, kept: PassageKV | None 
     return english if english or whole else _translated(llm, text, True, kept)
 
 
+# what every translation starts with: the instructions, then the examples as turns
+TOLD = [{"role": "system", "content": INSTRUCTION},
+        *(turn for source, english in EXAMPLES
+          for turn in ({"role": "user", "content": source}, {"role": "assistant", "content": english}))]
+
+
+@functools.cache
+def _told_prefix(llm: LLM) -> list[int]:
+    """The token ids every translation prompt of this model starts with (whose kept rows are placed)."""
+    return turn_prefix(llm, TOLD)
+
+
 def _translated(llm: LLM, text: str, whole: bool, kept: PassageKV | None) -> str:
-    shown = [turn for source, english in EXAMPLES
-             for turn in ({"role": "user", "content": source}, {"role": "assistant", "content": english})]
-    told = [{"role": "system", "content": INSTRUCTION}, *shown]
-    ids = llm.encode_chat([*told, {"role": "user", "content": text}])
+    ids = llm.encode_chat([*TOLD, {"role": "user", "content": text}])
     budget = min(MAX_TOKENS, 2 * len(llm.encode(text, bos=False)) + 8)
     ban = _chinese_tokens(llm) if whole else frozenset()
     placed = None
     if kept is not None:
-        prefix = turn_prefix(llm, told)
+        prefix = _told_prefix(llm)
         placed = {0: kept.rows([], prefix)} if ids[:len(prefix)] == prefix else None
     gen = llm.generate(ids, max_new_tokens=budget, sampling=SamplingParams(), ban=ban, placed=placed)
     out = "".join(delta.text for delta in gen).strip()
