@@ -17,6 +17,8 @@ class Answer(AnswerResult):
     """An answer with the passages it drew on."""
 
     citations: list[Citation] = field(default_factory=list)
+    # the passages as the model read them: a title and the section's window, not only the chunk found
+    shown: list[str] = field(default_factory=list)
 
     @property
     def first_sentence_s(self) -> float:
@@ -43,7 +45,8 @@ class Assistant:
         plan = self.engine.plan(AnswerRequest(turns, voice=voice, rag=self.kb is not None))
         gen = self.engine.generation(plan)
         yield from gen
-        answer = Answer(**vars(gen.result), citations=plan.citations)
+        answer = Answer(**vars(gen.result), citations=plan.citations,
+                        shown=[f"{p.title}\n{p.body}" for p in plan.passages])
         if keep_history:
             self.history += [Turn("user", question), Turn("assistant", answer.text)]
         return answer

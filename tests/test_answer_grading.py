@@ -5,7 +5,7 @@ an unanswerable question is wrong."""
 from __future__ import annotations
 
 from app.answer.types import Citation
-from app.bench.answers import AnswerQuestion, expected_shown, grade, summarize
+from app.bench.answers import AnswerQuestion, expected_shown, facts_shown, grade, summarize
 
 REFERENCE = ["With a normal load, inflate the front tyres to 240 kPa (35 psi) and the rear tyres to 260 kPa (38 psi)."]
 FRONT = AnswerQuestion("what pressure do the front tyres need?", "en", True, ["tyre-pressure"], [["240 kPa", "35 psi"]], [])
@@ -71,3 +71,18 @@ def test_whether_an_expected_passage_was_shown_splits_retrieval_from_answer_fail
             {**grade(FRONT, "I don't know.", True, REFERENCE), "shown": False}]
     summary = summarize(rows)
     assert summary["shown"] == round(2 / 3, 4) and summary["correct_when_shown"] == 0.5
+
+
+def test_whether_every_expected_fact_was_shown_splits_the_window_from_the_reader():
+    """A section's window may show the expected passage without the sentence that answers: the facts
+    themselves must be written in what the model read, as an answer would have to state them."""
+    tyres = ["Tyres\n" + REFERENCE[0]]
+    assert facts_shown(tyres, FRONT.facts) and facts_shown(tyres, BOTH.facts)
+    assert facts_shown(["Tyres\nThe front ones take 35 psi."], FRONT.facts)  # any one spelling
+    assert not facts_shown(["Tyres\nThe front ones take 240 kPa."], BOTH.facts)  # one of two
+    assert not facts_shown([], FRONT.facts)
+    rows = [{**grade(BOTH, "240 kPa front, 260 kPa rear.", False, REFERENCE), "facts_shown": True},
+            {**grade(BOTH, "240 kPa front.", False, REFERENCE), "facts_shown": True},
+            {**grade(BOTH, "I don't know.", True, REFERENCE), "facts_shown": False}]
+    summary = summarize(rows)
+    assert summary["facts_shown"] == round(2 / 3, 4) and summary["correct_when_facts_shown"] == 0.5

@@ -239,6 +239,7 @@ def test_answers_place_their_passages_from_the_kb(smollm_build, minilm_build, sa
     assert again.timings["placed_tokens"] > 0
     assert assistant.passage_kv.computed == kept[0] and assistant.passage_kv.hits > kept[1]  # from memory
     assert "800-555-0199" in first.text and "800-555-0199" in again.text
+    assert "800-555-0199" in first.shown[0]  # the passages as the model read them, for the evals
     # a new conversation: the instructions' kept rows are placed as well, not prefilled again
     one_question = with_system([{"role": "user", "content": "?"}], told(assistant.kb.profile))
     instructions = passage_prompt(assistant.llm, one_question, [])

@@ -121,6 +121,13 @@ def _rate(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
+def _share_and_correct(answerable: list[dict], key: str) -> dict:
+    """The share of answerable questions whose row holds `key` true, and the share correct among them."""
+    held = [r for r in answerable if r.get(key)]
+    return {key: _rate(len(held), len(answerable)),
+            f"correct_when_{key}": _rate(sum(r["grade"] == "correct" for r in held), len(held))}
+
+
 def summarize(rows: list[dict]) -> dict:
     answerable = [r for r in rows if r["answerable"]]
     unanswerable = [r for r in rows if not r["answerable"]]
@@ -133,10 +140,9 @@ def summarize(rows: list[dict]) -> dict:
         "partial": _rate(sum(r["grade"] == "partial" for r in answerable), len(answerable)),
         "wrong": _rate(sum(r["grade"] == "wrong" for r in answerable), len(answerable)),
         "refused_answerable": _rate(sum(r["refused"] for r in answerable), len(answerable)),
-        # an expected entry among the passages shown, and how often the answer was right when it was
-        "shown": _rate(sum(bool(r.get("shown")) for r in answerable), len(answerable)),
-        "correct_when_shown": _rate(sum(r["grade"] == "correct" for r in answerable if r.get("shown")),
-                                    sum(bool(r.get("shown")) for r in answerable)),
+        # an expected entry among the passages shown; every expected fact written in them (a section's
+        # window may leave out the sentence that answers); how often the answer was right when so
+        **_share_and_correct(answerable, "shown"), **_share_and_correct(answerable, "facts_shown"),
         # over every answer given (refusals state nothing)
         "unsupported_fact_rate": _rate(sum(bool(r["unsupported"]) for r in rows), len(rows)),
         # answers that claim something false: any answer to a question the KB cannot answer, and an answer
@@ -194,6 +200,14 @@ def expected_shown(citations: list, expected: list[str]) -> bool:
     return any(matches(h, e) for h in places for e in expected)
 
 
+def facts_shown(passages: list[str], facts: list[list[str]]) -> bool:
+    """Whether the passages shown write every expected fact, as an answer would have to state it (`_stated`).
+    A fact spelled in another language than the passages (a Chinese word for an English section's) counts
+    as not shown."""
+    text = "\n".join(passages)
+    return bool(passages) and all(_stated(text, spellings) for spellings in facts)
+
+
 def reference_texts(chunks: list, expected: list[str]) -> list[str]:
     """The texts of the KB chunks an expected reference names (entry id or "file#heading")."""
     return [h.text for h in chunks if any(matches(h, e) for e in expected)]
@@ -217,6 +231,7 @@ def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = F
                    refusal_probability=g.refusal_probability if g else None)
         if q.answerable:  # was an expected entry among the passages shown: retrieval's share of a failure
             row["shown"] = expected_shown(answer.citations, q.expected)
+            row["facts_shown"] = facts_shown(answer.shown, q.facts)
         row["first_sentence_ms"] = answer.timings.get("first_sentence_ms")
         row["answer_ms"] = answer.timings.get("total_ms")
         row["first_parts"] = first_parts(answer.timings)
@@ -233,7 +248,9 @@ def format_summary(result: dict) -> str:
              "  (of answerable)",
              f"answers with an unsupported fact {s['unsupported_fact_rate']}  with a false claim {s['false_claim_rate']}",
              f"refusals: precision {s['refusal_precision']}  recall {s['refusal_recall']}",
-             f"an expected passage shown {s['shown']}  correct when shown {s['correct_when_shown']}"]
+             f"an expected passage shown {s['shown']}  correct when shown {s['correct_when_shown']}",
+             f"every expected fact in the passages shown {s['facts_shown']}  correct then "
+             f"{s['correct_when_facts_shown']}"]
     for lang, v in s["by_language"].items():
         lines.append(f"  {lang}: correct {v['correct']} of {v['answerable']}")
     for key, what in (("first_sentence_ms", "first sentence"), ("answer_ms", "whole answer")):
@@ -248,6 +265,7 @@ def format_summary(result: dict) -> str:
         lines.append("not fully correct:")
         for r in s["failing"]:
             extra = f" unsupported={r['unsupported']}" if r["unsupported"] else ""
-            extra += " (expected passage not shown)" if r["answerable"] and not r.get("shown") else ""
+            if r["answerable"] and not r.get("facts_shown"):
+                extra += " (expected passage not shown)" if not r.get("shown") else " (an expected fact not shown)"
             lines.append(f"  [{r['grade']}] {r['question']} -> {r['answer'][:160]!r}{extra}")
     return "\n".join(lines)
