@@ -45,8 +45,7 @@ class Assistant:
         plan = self.engine.plan(AnswerRequest(turns, voice=voice, rag=self.kb is not None))
         gen = self.engine.generation(plan)
         yield from gen
-        answer = Answer(**vars(gen.result), citations=plan.citations,
-                        shown=[f"{p.title}\n{p.body}" for p in plan.passages])
+        answer = Answer(**vars(gen.result), citations=plan.citations, shown=[p.text for p in plan.passages])
         if keep_history:
             self.history += [Turn("user", question), Turn("assistant", answer.text)]
         return answer

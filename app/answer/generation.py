@@ -219,7 +219,7 @@ class GroundedGeneration:
         plan = self.plan
         of = functools.partial(Verifier, [p.body for p in plan.passages] + [p.title for p in plan.passages],
                                unknown=plan.missing_topic, unnamed=plan.unnamed,
-                               documents=[f"{p.title}\n{p.body}" for p in plan.passages],
+                               documents=[p.text for p in plan.passages],
                                expected_reply=plan.limit.reply if plan.limit else None, known_name=plan.known_name)
         if not plan.translation:
             return of(plan.question)
@@ -332,7 +332,7 @@ class GroundedGeneration:
         plan = self.plan
         first = plan.passages[0] if plan.passages else None
         return (not self.cancel.is_set() and first is not None
-                and on_topic(plan.question, f"{first.title}\n{first.body}"))
+                and on_topic(plan.question, first.text))
 
     def _complete(self, released: list[Check], verifier: _Checks):
         """What the model's answer left out, in the passages' words: for each part of a several-part

@@ -61,6 +61,11 @@ class Passage:
         title = hit.heading.split(">")[-1].strip() if hit.heading else hit.name
         return cls(index, hit, title, text, False)
 
+    @property
+    def text(self) -> str:
+        """The passage as it reads to the checks: its title, then its body."""
+        return f"{self.title}\n{self.body}"
+
     def render(self) -> str:
         head = f"FAQ: {self.title}" if self.faq else (self.hit.heading or self.title)
         return passage_text(self.index, head, self.body)

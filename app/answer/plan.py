@@ -165,13 +165,14 @@ def _found_too(kb, translated: list[Hit], found: Hit, lang: str) -> bool:
     whose own nearest in the question's language is `found` again (a bilingual KB's twin entries, translated
     pages' sections), is among the passages the translation would show. Both ways: an entry with no
     translation has a nearest one in the other language all the same."""
-    if any(section_key(h) == section_key(found) for h in translated):
+    shown = {section_key(h) for h in translated}
+    if section_key(found) in shown:
         return True
     other = {language(h.text) for h in translated} - {lang}
     if len(other) != 1:
         return False
     back = kb.nearest_in_meaning(found, lambda h: language(h.text) in other)
-    if back is None or not any(section_key(h) == section_key(back) for h in translated):
+    if back is None or section_key(back) not in shown:
         return False
     there = kb.nearest_in_meaning(back, lambda h: language(h.text) == lang)
     return there is not None and section_key(there) == section_key(found)
@@ -354,7 +355,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
             # quoted only from a passage about what the question asks, and only if it states the kind of
             # value asked for, as asked and as translated (a translation may lose the unit: "多少升" is
             # litres): a faithful quote of the wrong entry is still a wrong answer
-            if (on_topic(words, f"{best.title}\n{best.body}")
+            if (on_topic(words, best.text)
                     and all(answers_kind(q, quote) for q in {question, words})
                     and _quotable(plan.rarest, words, plan.passages)):
                 plan.extractive = quote
@@ -411,7 +412,7 @@ def _supplement(question: str, asked: list[str], passages: list[Passage], simila
     words the KB lacks here: these are said only after the model's own verified answer drew on the
     passages."""
     out = []
-    about = [p for p in passages if on_topic(question, f"{p.title}\n{p.body}")]
+    about = [p for p in passages if on_topic(question, p.text)]
     for part in asked:
         if answers_kind(part, ""):
             own = topic(part) - set().union(*(topic(other) for other in asked if other != part))
@@ -526,7 +527,7 @@ def _about_the_rest(places: dict[str, int], unknown: dict[str, str], passage: Pa
     never writes: it names most of them, one of them a word the KB uses in few places ("a red light on the
     panel shaped like a drop": an entry naming the red light and the drop, though not the panel). Words the
     whole KB uses ("how do I replace it?") find any entry. `places`: `_places` of the question's topic words."""
-    text = f"{passage.title}\n{passage.body}"
+    text = passage.text
     known = [t for t in places if t not in unknown]
     named = [t for t in known if names({t}, text)]
     return 2 * len(named) > len(known) and any(places[t] < _FEW for t in named)
@@ -552,7 +553,7 @@ def _quotable(rarest: set[str], question: str, passages: list[Passage]) -> bool:
     be?" by the tyre pressures when the repair kit's "no spare wheel" is among the passages."""
     if not rarest:
         return True
-    named = [names(rarest, f"{p.title}\n{p.body}") for p in passages]
+    named = [names(rarest, p.text) for p in passages]
     return named[0] or not (asks_yes_no(question) or any(named))
 
 

@@ -189,11 +189,6 @@ def first_parts(timings: dict[str, float]) -> dict[str, float] | None:
     return {part: round(v, 1) for part, v in zip(FIRST_PARTS, values)}
 
 
-def _chunks(kb) -> list:
-    records = kb.store.chunks(kb.store.chunk_ids().tolist())
-    return [Hit(r.id, r.text, r.source, r.name, r.heading, r.entry_id, 0.0) for r in records.values()]
-
-
 def expected_shown(citations: list, expected: list[str]) -> bool:
     """Whether a passage the answer was shown is one of the expected references."""
     places = [Hit(0, "", c.source, c.source, c.heading or "", c.entry_id, 0.0) for c in citations]
@@ -217,7 +212,7 @@ def evaluate_answers(assistant, questions: list[AnswerQuestion], voice: bool = F
                      progress: bool = True) -> dict:
     if assistant.kb is None:
         raise BenchError("the answer eval needs a knowledge base")
-    rows, chunks = [], _chunks(assistant.kb)
+    rows, chunks = [], assistant.kb.all_hits()
     for q in tqdm(questions, desc="answers", unit="question", disable=not progress, leave=False):
         reference = reference_texts(chunks, q.expected) if q.expected else []
         if q.answerable and not reference:
