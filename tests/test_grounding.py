@@ -189,6 +189,11 @@ def test_chinese_question_words_are_whole_words():
     assert {"救援", "电话"} <= words and not {"车在", "在路", "锚了"} & words  # no bigrams across words
 
 
+def test_english_compound_prepositions_name_no_topic():
+    # "according to the guide" asks nothing a KB could lack
+    assert set(content_words("Is it enough for /var according to the guide?")) == terms("enough var guide")
+
+
 def test_chinese_topic_words_are_nouns_not_the_drivers_verbs():
     # a KB that says 跟车距离 … 档 answers "能调几档" though it never writes 能调
     assert set(content_words("跟车距离那个键一共能调几档？", topic_only=True)) == {"跟车", "距离"}

@@ -34,7 +34,8 @@ i'll he'll she'll we'll they'll you'll okay instead
 whenever wherever however whatever whichever whoever anywhere anything anyone anybody anyway somewhere something
 someone somebody sometimes everywhere everything everyone everybody nowhere nothing nobody always never ever still
 already even though although because while whilst unless whether either neither nor else every really maybe
-perhaps probably quite rather almost yet etc via now soon later once ago say says said saying""".split())
+perhaps probably quite rather almost yet etc via now soon later once ago say says said saying
+according regarding concerning despite toward towards among amongst upon per""".split())
 # Chinese function words and question particles: no evidence of a topic
 _ZH_STOP = set("什么 怎么 怎样 多少 多久 多长 几个 哪个 哪里 为什么 是不是 可以 能不能 应该 需要 一下 时候 我的 这个 那个 "
                "的是 了吗 是多 么办 怎么办 吗 呢 吧 啊".split())
