@@ -250,6 +250,12 @@ def test_an_identifier_the_question_names_may_be_repeated_and_a_name_the_kb_uses
                         known_name=lambda name: name == "Debian")
     assert verifier.check("Add lowmem=1 to the boot line.").ok  # the question's own identifier
     assert verifier.check("Debian's installer then saves memory.").ok  # the KB names Debian elsewhere
+    # a name qualified by one the KB uses is the passages' name; their word alone does not make one up
+    release = Verifier(["Under systemd as init system (the default since jessie) halt and poweroff differ."],
+                       "Since which release is systemd the default?", known_name=lambda name: name == "debian")
+    assert release.check("Since Debian Jessie.").ok
+    assert {f.text for f in release.check("Since Debian Bookworm.").unsupported} == {"Debian Bookworm"}
+    assert {f.text for f in release.check("Since Ubuntu Jessie.").unsupported} == {"Ubuntu Jessie"}
     assert {f.text for f in verifier.check("You can resize the disk with GParted first.").unsupported} == {"GParted"}
     assert {f.kind for f in identifiers("Run grub-install on /dev/sda, then reboot.")} == {"identifier"}
     # in Chinese text any capitalised word is a name, which ends where the Chinese characters begin

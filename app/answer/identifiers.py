@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Callable
 
 from app.answer.facts import Fact
 
@@ -84,6 +85,19 @@ def stated(fact: Fact, text: str) -> bool:
     glued to a longer name."""
     haystack = _clean(text).lower().replace("`", "")
     return re.search(rf"(?<![\w]){re.escape(fact.key)}(?![\w])", haystack, re.A) is not None
+
+
+def stated_in_parts(fact: Fact, text: str, known: Callable[[str], bool]) -> bool:
+    """Whether a capitalised name of several words ("Debian Jessie") is made of what `text` writes and
+    of names `known(word)` says the knowledge base writes: some word of it in `text` ("the default since
+    jessie"), each other one a name of the KB's own (its subject, "Debian"). A name qualified by the
+    KB's subject is the passage's name; one whose every word is elsewhere in the KB is not this
+    passage's ("Debian Bookworm" beside a passage on jessie)."""
+    words = fact.key.split()
+    if fact.kind != "proper" or len(words) < 2:
+        return False
+    here = [stated(Fact(fact.kind, w, w), text) for w in words]
+    return any(here) and all(h or known(w) for w, h in zip(words, here))
 
 
 _PARTS = re.compile(r"[/.=:]|--?")  # what joins the parts of a name: paths, dotted names, key=value, flags

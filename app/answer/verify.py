@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from app.answer.bounds import NEGATION, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
-from app.answer.identifiers import identifiers, misquoted
+from app.answer.identifiers import identifiers, misquoted, stated_in_parts
 from app.answer.identifiers import stated as written_in
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
@@ -205,7 +205,8 @@ class Verifier:
         unsupported += self._steps_of_no_passage(sentence)
         # a product or tool the KB names anywhere is no invention, though this passage does not name it
         unsupported += [f for f in identifiers(sentence) if not written_in(f, self.written)
-                        and not (f.kind == "proper" and self.known_name(f.text))]
+                        and not (f.kind == "proper" and (self.known_name(f.text)
+                                                         or stated_in_parts(f, self.written, self.known_name)))]
         stated = places(sentence)
         about = own - set().union(*(p.key for p in stated))
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated
