@@ -38,6 +38,9 @@ def _reply(question: str, passage: str) -> str | None:
     # a bare number takes the bound's unit
     ("We're off skiing. Is it alright to keep doing 60 with chains on?", CHAINS, "no"),
     ("Can I drive at 30 mph with chains?", CHAINS, "yes"),  # 30 mph = 48 km/h
+    # ... the unit of a value the passage bounds, not of what the chains are fitted to
+    ("With chains on my wheels, can I keep doing 60?",
+     "Snow chains can only be used on 18-inch wheels. Do not drive faster than 50 km/h with chains fitted.", "no"),
     ("My mate's trailer is about 1,200 kilos with brakes. Can the car pull that?", TOWING, "yes"),  # the braked one
     ("Can I tow 2000 kg?", TOWING, "no"),  # above both
     ("My old laptop only has about 700 megs of RAM. Will the installer run?", MEMORY, "no"),  # at least 780MB
@@ -68,6 +71,42 @@ CHARGING = "Charging from 10 to 80 percent at a fast charger takes 30 minutes."
 ])
 def test_what_a_thing_takes_is_the_least_the_users_amount_must_be(question, passage, reply):
     assert _reply(question, passage) == reply
+
+
+SWAP = "With swap enabled, it is possible to install Debian with as little as 350MB."
+TANK = "The water tank holds as much as 1.5 litres."
+
+
+@pytest.mark.parametrize("question, passage, reply", [
+    # "as little as" names the least that will do, "as much as" the most
+    ("I have 400 MB of RAM and swap on. Can I install Debian?", SWAP, "yes"),
+    ("I have 256 MB of RAM and swap on. Can I install Debian?", SWAP, "no"),
+    ("Can I pour 2 litres into the tank?", TANK, "no"),
+    ("Can I pour 1 litre into the tank?", TANK, "yes"),
+])
+def test_bounds_said_as_idioms_decide_the_reply(question, passage, reply):
+    assert _reply(question, passage) == reply
+
+
+REQUIREMENTS = ("Install Type: No desktop; RAM (minimum): 256 megabytes; Hard Drive: 4 gigabytes\n"
+                "Install Type: With Desktop; RAM (minimum): 1 gigabytes; Hard Drive: 10 gigabytes\n\n")
+
+
+@pytest.mark.parametrize("question, reply", [
+    # "does it meet ..." asks whether the amount is enough: the value the table row names is the one to reach
+    ("I can spare a 16 GB partition. Does that meet the recommended hard drive size for a desktop install?", "yes"),
+    ("I can spare an 8 GB partition. Does that meet the recommended hard drive size for a desktop install?", "no"),
+])
+def test_an_amount_asked_if_it_meets_a_value_is_held_against_the_value_named(question, reply):
+    limit = judge_limit(question, [REQUIREMENTS])
+    assert limit.reply == reply and "Hard Drive" in limit.bound
+
+
+@pytest.mark.parametrize("amount, reply", [(1200, "yes"), (1800, "no")])
+def test_a_chinese_verbs_potential_complement_asks_whether_it_can_be_done(amount, reply):
+    question = f"我的带刹车拖车装满了大概{amount}公斤，这车拖得动吗？"  # 拖得动: can it pull
+    about = f"My braked trailer weighs about {amount} kg loaded. Can the car tow it?"  # its translation
+    assert judge_limit(question, [TOWING], about).reply == reply
 
 
 REQUIREMENTS = ("Install Type: No desktop; RAM (minimum): 256 megabytes; RAM (recommended): 512 megabytes; "

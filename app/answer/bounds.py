@@ -4,8 +4,8 @@
 small model answering "up to what speed does it work?" says "it works up to 10 km/h": the passage's
 number, its meaning reversed. So each number's bound is read off the words around it:
 
-    "above / over / more than / at least / 超过 X", "X 以上"            -> lower
-    "up to / below / under / at most / maximum / 不超过 X", "X 以下"    -> upper
+    "above / over / more than / at least / as little as / 超过 X", "X 以上"   -> lower
+    "up to / below / under / at most / maximum / as much as / 不超过 X", "X 以下" -> upper
     a negation before the bound in its clause flips it: "do not drive faster than 50 km/h" -> upper
     "X to Y", "between X and Y", a number on its own                   -> no bound
 """
@@ -19,12 +19,15 @@ from app.answer.facts import extract_facts, normalize
 UPPER, LOWER = "upper", "lower"
 
 _ABOUT = r"(?:about|around|approximately|roughly|约|大约)?\s*$"
+# "with as little as 350MB" names the least that will do, "holds as much as 5 litres" the most
+AS_LITTLE_AS = r"\bas\s+(?:little|few|low|small)\s+as"
+AS_MUCH_AS = r"\bas\s+(?:much|many|high|large)\s+as"
 _UPPER_BEFORE = re.compile(r"(?:\bup\s+to|\bbelow|\bunder|\b(?:less|lower|slower|shorter|lighter|smaller|fewer|"
-                           r"narrower|younger)\s+than|\bat\s+most|"
+                           r"narrower|younger)\s+than|\bat\s+most|" + AS_MUCH_AS + "|"
                            r"\bmax(?:imum)?(?:\s+(?:is|of))?|\bwithin|"
                            r"不超过|低于|最多|最高|小于|少于)\s*" + _ABOUT, re.I)
 _LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater|further|farther|longer|heavier|"
-                           r"larger|bigger|wider|taller|older)\s+than|\bat\s+least|"
+                           r"larger|bigger|wider|taller|older)\s+than|\bat\s+least|" + AS_LITTLE_AS + "|"
                            r"\bminimum(?:\s+(?:is|of))?|\bbeyond|\bexceed(?:s|ing)?|"
                            r"超过|高于|至少|大于|多于)\s*" + _ABOUT, re.I)
 _UPPER_AFTER = re.compile(r"^\s*(?:以下|以内|之内|or\s+(?:less|below|under|lower)\b)", re.I)

@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from app.answer.bounds import LOWER, UPPER, bounds
+from app.answer.bounds import AS_LITTLE_AS, AS_MUCH_AS, LOWER, UPPER, bounds
 from app.answer.facts import extract_facts, normalize, without_facts
 from app.answer.pairing import said_of
 from app.answer.question import A_NOT_A
@@ -133,14 +133,18 @@ def _ranked_once(question: str, passages: tuple[str, ...]) -> Ranked:
 
 def _asked(question: str, ranked: Ranked) -> list[Quantity]:
     """The question's quantities of a known kind; a lone bare number ("doing 60") takes the unit of the
-    first value of the sentence most about the question."""
+    first value the sentences most about the question bound ("do not drive faster than 50 km/h"), else
+    of their first value: a yes or no about the user's amount asks it against a bound, not against what
+    the thing is fitted to ("chains only fit 18-inch wheels")."""
     asked = quantities(question)
     bare = [q for q in asked if q.unit is None]
     # a small bare number counts things ("five of us", "下一个车主"), a measured amount is spoken bare
     # only when it is larger ("doing 60", "开到一百六")
-    kinded = [v for _, values, _ in ranked for v in values if v.kind]
-    if bare and len(bare) == len(asked) == 1 and kinded and bare[0].value >= MIN_BARE:
-        return [Quantity(bare[0].value, kinded[0].unit, bare[0].text)]
+    if bare and len(bare) == len(asked) == 1 and bare[0].value >= MIN_BARE:
+        kinded = [(v, s) for s, values, _ in ranked for v in values if v.kind]
+        bounding = [v for v, s in kinded if bounds(s).get(_key(v), set()) - {None}]
+        if kinded:
+            return [Quantity(bare[0].value, (bounding or [kinded[0][0]])[0].unit, bare[0].text)]
     return _distinct([q for q in asked if q.kind])
 
 
@@ -194,7 +198,9 @@ def bound_sentence(question: str, passages: list[str], about: str = "") -> str:
 # the words that judge an amount acceptable: "is it OK / safe / enough ..."
 _ACCEPTABLE = r"ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal"
 _WITHIN = re.compile(rf"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+(?:{_ACCEPTABLE})"
-                     r"|will|would|does|do|is|are)\b|可以|能不能|能|够|行不行|行吗", re.I)
+                     r"|will|would|does|do|is|are)\b|可以|能不能|能|够|行不行|行吗"
+                     # a verb's potential complement asks whether it can be done: 拖得动, 装得下, 开得了
+                     r"|[\u4e00-\u9fff]得(?:动|了|下|起|进|住|完)", re.I)
 # "is 2,000 kg too much?", "is it over the limit?": a yes says the amount is beyond the bound ("超充桩", a
 # fast charger, is no "超过")
 _BEYOND = re.compile(r"\b(?:too|over|above|beyond|exceed\w*|more\s+than|less\s+than|under|below)\b"
@@ -232,7 +238,8 @@ def _within(part: str) -> bool:
 # a bound that says what may be done or what is needed ("up to 1,500 kg", "do not exceed", "at least 780MB"),
 # not a condition ("children under 150 cm must ...", "when you drive above 10 km/h"): only a limit decides
 # whether the user's amount is allowed
-_LIMIT_WORDS = re.compile(r"(?:\bup\s+to|\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bnot?\s+(?:\w+\s+){0,2}?\w+er\s+than"
+_LIMIT_WORDS = re.compile(r"(?:\bup\s+to|" + AS_LITTLE_AS + "|" + AS_MUCH_AS + "|"
+                          r"\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bnot?\s+(?:\w+\s+){0,2}?\w+er\s+than"
                           r"|\bat\s+least|\bminimum\b|\bmin\b|不超过|不得超过|最多|最高|最大|以内|之内|至少|最低|最少|不低于|不少于)"
                           r"[^.,;:!?，。；：！？]*$", re.I)
 # what a thing takes, needs or uses ("a minimal installation will take 1012MB", "charging takes 30 minutes",
@@ -303,7 +310,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
 # asking whether the user's amount is what is needed or advised: "I have 4 GB. Is that at least what the
 # guide recommends?", "我只打了 33 psi，这气压够不够？"; the question makes the value a passage states
 # plainly ("RAM (recommended): 2 gigabytes", "前轮 240 kPa") the amount to reach
-_ENOUGH = re.compile(r"\b(?:enough|sufficient|at\s+least)\b|够|满足", re.I)
+_ENOUGH = re.compile(r"\b(?:enough|sufficient|at\s+least|meets?|satisf(?:y|ies))\b|够|满足", re.I)
 _CLAUSE_BREAK = re.compile(r"[,;.!?，；。！？]")
 
 

@@ -56,10 +56,10 @@ _YES_NO = re.compile(r"^\W*(?:does|do|did|is|are|was|were|can|could|will|would|s
                      rf"|{A_NOT_A.pattern}", re.I)
 
 
-# a clause that sets a condition or a time before the question proper: "If I never touch the config, does
-# ...?", "Once the update is done, can I ...?"
+# a clause or phrase that sets a condition, a time or a circumstance before the question proper: "If I never
+# touch the config, does ...?", "Once the update is done, can I ...?", "With chains on, can I ...?"
 _LEADING_CLAUSE = re.compile(r"^\W*(?:if|when|whenever|once|after|before|while|unless|as\s+long\s+as|assuming"
-                             r"|now\s+that|in\s+case)\b[^,?]*,\s*", re.I)
+                             r"|now\s+that|in\s+case|with|without|on|in|at|for|during|under)\b[^,?]*,\s*", re.I)
 
 
 def main_clause(question: str) -> str:
