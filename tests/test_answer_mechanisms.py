@@ -25,6 +25,8 @@ ACC_ZH = "自适应巡航可在 30 到 180 公里每小时之间使用。"
 SLIDER = "Move the Charge limit slider anywhere between 50 and 100 percent."
 BOOSTER = "Children under 150 cm must travel in a booster seat."
 BLIND_SPOT = "Radar sensors watch the blind spots when you drive above 10 km/h."
+SWAP = "With swap enabled, it is possible to install Debian with as little as 350MB."
+TANK = "The water tank holds as much as 1.5 litres."
 UPLOADS = ("To limit the size of uploads, set the MAX_CONTENT_LENGTH config key. If a larger file is transmitted, "
            "Flask will raise a RequestEntityTooLarge exception.")
 
@@ -50,6 +52,11 @@ def _reply(question: str, passage: str) -> str | None:
     # "between 50 and 100 percent" says its unit once, after the second end
     ("我想把充电上限调到百分之四十，能设这么低吗？", SLIDER, "no"),
     ("Can I set the limit to 70%?", SLIDER, "yes"),
+    # "as little as" names the least that will do, "as much as" the most
+    ("I have 400 MB of RAM and swap on. Can I install Debian?", SWAP, "yes"),
+    ("I have 256 MB of RAM and swap on. Can I install Debian?", SWAP, "no"),
+    ("Can I pour 2 litres into the tank?", TANK, "no"),
+    ("Can I pour 1 litre into the tank?", TANK, "yes"),
 ])
 def test_a_users_amount_is_held_against_the_passages_limit(question, passage, reply):
     assert _reply(question, passage) == reply
@@ -72,24 +79,6 @@ CHARGING = "Charging from 10 to 80 percent at a fast charger takes 30 minutes."
 def test_what_a_thing_takes_is_the_least_the_users_amount_must_be(question, passage, reply):
     assert _reply(question, passage) == reply
 
-
-SWAP = "With swap enabled, it is possible to install Debian with as little as 350MB."
-TANK = "The water tank holds as much as 1.5 litres."
-
-
-@pytest.mark.parametrize("question, passage, reply", [
-    # "as little as" names the least that will do, "as much as" the most
-    ("I have 400 MB of RAM and swap on. Can I install Debian?", SWAP, "yes"),
-    ("I have 256 MB of RAM and swap on. Can I install Debian?", SWAP, "no"),
-    ("Can I pour 2 litres into the tank?", TANK, "no"),
-    ("Can I pour 1 litre into the tank?", TANK, "yes"),
-])
-def test_bounds_said_as_idioms_decide_the_reply(question, passage, reply):
-    assert _reply(question, passage) == reply
-
-
-REQUIREMENTS = ("Install Type: No desktop; RAM (minimum): 256 megabytes; Hard Drive: 4 gigabytes\n"
-                "Install Type: With Desktop; RAM (minimum): 1 gigabytes; Hard Drive: 10 gigabytes\n\n")
 
 
 @pytest.mark.parametrize("question, reply", [
