@@ -514,7 +514,7 @@ static dot_fn dot_for(int64_t type) {
       return k[f->index];
     }
     case KQ_PATH_AVX512: {
-      static const dot_fn k[] = {dot_q4_k_rows_avx512vl, dot_q6_k_rows_avx512vl, dot_q4_1_rows_avx512,
+      static const dot_fn k[] = {dot_q4_k_rows_avx512vl, dot_q6_k_rows_avx512vl, dot_q4_1_rows_avx512vl,
                                  dot_q8_0_rows_avx512vl};
       return k[f->index];
     }
