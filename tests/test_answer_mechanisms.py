@@ -98,6 +98,24 @@ def test_a_chinese_verbs_potential_complement_asks_whether_it_can_be_done(amount
     assert judge_limit(question, [TOWING], about).reply == reply
 
 
+KETTLE = ("The keep-warm mode holds the water at 80 degrees Celsius. Frost protection switches the heater on "
+          "automatically when the room is below 5 degrees Celsius.")
+
+
+@pytest.mark.parametrize("question, reply", [
+    ("The room is at 3 degrees. Will the heater switch on by itself?", "yes"),
+    ("The room is at 12 degrees. Will the heater switch on by itself?", "no"),
+    ("屋里只有 3 度，加热器会自己开吗？", "yes"),
+    ("The room is at 5 degrees. Will the heater switch on by itself?", None),  # "below 5" says nothing of 5
+    ("The room is at 3 degrees. Can I switch the heater on?", None),  # a condition says when, not what may be done
+    ("The room is at 3 degrees. Will the heater stay off?", None),  # another outcome than the condition's
+])
+def test_a_condition_on_a_value_answers_whether_its_outcome_happens_at_the_users_amount(question, reply):
+    limit = judge_limit(question, [KETTLE], "The room is only 3 degrees. Will the heater switch on by itself?"
+                        if "屋里" in question else "")
+    assert (limit.reply if limit else None) == reply, limit
+
+
 REQUIREMENTS = ("Install Type: No desktop; RAM (minimum): 256 megabytes; RAM (recommended): 512 megabytes; "
                 "Hard Drive: 4 gigabytes\nInstall Type: With Desktop; RAM (minimum): 1 gigabytes; RAM (recommended): "
                 "2 gigabytes; Hard Drive: 10 gigabytes")

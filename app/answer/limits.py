@@ -194,11 +194,26 @@ def bound_sentence(question: str, passages: list[str], about: str = "") -> str:
     return next((s.strip() for s, _, _ in _of_kind(ranked, asked[0].kind) if on_topic(question, s)), "")
 
 
+# asking whether a thing happens or is so, not whether it may be done: "will the seats heat up at 12 degrees?",
+# "座椅会自己热起来吗？" (会 as "will": not 会议 a meeting, 机会 a chance)
+_WILL_ZH = r"会不会|(?<![机社议学])会(?!议)[^，。,？?]*吗"
+_HAPPENS = re.compile(r"^\W*(?:will|would|does|do|is|are)\b|" + _WILL_ZH, re.I)
+# a condition on a value ("when it is below 10 degrees", "if the stop lasts less than 3 seconds", "低于 10 度时"):
+# what the sentence says happens only then, which answers whether it happens at the user's amount ("unless"
+# says the opposite, and is no condition here)
+_CONDITION = re.compile(r"(?:\b(?:when|whenever|if|once|while|only)\b|当|如果|若|只有|只在)[^.,;:!?，。；：！？]*?"
+                        r"(?:\b(?:below|under|above|over|beyond|(?:less|more|fewer|lower|higher|longer|shorter)"
+                        r"\s+than)|低于|高于|超过|不到|少于|多于|小于|大于)\s*$", re.I)
+# the words that turn what happens round ("switches off", "stops", "does not"): a condition answers a question
+# about the same outcome only, not "will it stay on?" by "it switches off when ..."
+_OUTCOME_TURNED = re.compile(r"\b(?:off|stops?|stopped|disabled?|deactivated?|not|no|never|cannot)\b|n't\b"
+                             r"|关闭|关掉|停止|不|没|无法", re.I)
+
 # asking whether the user's amount is allowed, possible or enough: a yes says it is within the bound
 # the words that judge an amount acceptable: "is it OK / safe / enough ..."
 _ACCEPTABLE = r"ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal"
 _WITHIN = re.compile(rf"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+(?:{_ACCEPTABLE})"
-                     r"|will|would|does|do|is|are)\b|可以|能不能|能|够|行不行|行吗"
+                     r"|will|would|does|do|is|are)\b|可以|能不能|能|够|行不行|行吗|" + _WILL_ZH +
                      # a verb's potential complement asks whether it can be done: 拖得动, 装得下, 开得了
                      r"|[\u4e00-\u9fff]得(?:动|了|下|起|进|住|完)", re.I)
 # "is 2,000 kg too much?", "is it over the limit?": a yes says the amount is beyond the bound ("超充桩", a
@@ -268,7 +283,10 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
         return None
     q = asked[0]
     wanted = terms(without_facts(words))
-    decided = [(sentence, passage, *_verdict(q, sentence, values, wanted))
+    # a question whether something happens is answered by a condition on the same outcome, too
+    happens = bool(_HAPPENS.search(main_clause(asking[0])))
+    decided = [(sentence, passage, *_verdict(q, sentence, values, wanted,
+                                             happens and _same_outcome(asking[0], sentence)))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
     decided = [d for d in decided if d[2]]
     if not decided and _asks_if_enough(question, q):
@@ -450,9 +468,17 @@ def _says_too(negation: re.Match, sentence: str) -> bool:
                for m in re.finditer(re.escape(negation.group(0)), sentence, re.I)) if negated else False
 
 
-def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str]) -> tuple[str | None, frozenset]:
+def _same_outcome(asking: str, sentence: str) -> bool:
+    """Whether a sentence's outcome is the one a question asks about as far as turning words tell: both say
+    "off", "stops", "not" ..., or neither does."""
+    return bool(_OUTCOME_TURNED.search(without_facts(asking))) == bool(_OUTCOME_TURNED.search(without_facts(sentence)))
+
+
+def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str],
+             conditions: bool = False) -> tuple[str | None, frozenset]:
     """The reply `sentence` gives the amount `q` ("yes", "no", "unclear" when its limits disagree, None
-    when it states no limit of `q`'s kind) and the limits it holds it against."""
+    when it states no limit of `q`'s kind) and the limits it holds it against. `conditions`: a condition
+    on a value ("when it is below 10 °C") counts as its limit (the question asks whether that happens)."""
     sides, told = bounds(sentence), said_of(sentence)
     # a list's values each belong to their own thing ("braked ... 1,500 kg, unbraked ... 750 kg"): those
     # of the thing the question names, when it names one
@@ -460,7 +486,10 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
     said, used = set(), set()
     for v in named or values:
         needed = _said_after(_NEEDS, v, sentence)
-        if not (needed or _said_after(_LIMIT_WORDS, v, sentence)):
+        conditional = conditions and _said_after(_CONDITION, v, sentence)
+        if not (needed or conditional or _said_after(_LIMIT_WORDS, v, sentence)):
+            continue
+        if conditional and q.base() == v.base():  # "below 10" says nothing of 10 itself
             continue
         side = sides.get(_key(v), set()) - {None} or ({LOWER} if needed else set())
         if side in ({UPPER}, {LOWER}):
