@@ -268,6 +268,11 @@ def test_a_limit_is_answered_with_the_passages_sentence():
 def test_spoken_chinese_numbers_and_tables():
     assert normalize("一百六").strip() == "160" and normalize("两千五").strip() == "2500"
     assert normalize("一百零六").strip() == "106"
+    # spoken fractions: a height of 一米四 is 1.4 m (not 1 m and a 4), half hours and half kilometres
+    said = {"我家孩子一米四了": ["1.4 m"], "他一米七五": ["1.75 m"], "长2米5宽1米8": ["2.5 m", "1.8 m"],
+            "充了一个半小时": ["1.5 h"], "再等半个小时": ["0.5 h"], "还能开三公里半": ["3.5 km"],
+            "1米 4个人": ["1 m", "4"]}
+    assert {text: [f.key for f in extract_facts(text)] for text in said} == said
     # a table row's numbers are numbers, not a phone number; a phone number spoken in groups still is one
     assert [f.kind for f in extract_facts("KDE Plasma 4584 1316 5900")] == ["number"] * 3
     assert [f.kind for f in extract_facts("call 800 555 0199")] == ["phone"]

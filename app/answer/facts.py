@@ -163,11 +163,26 @@ _ZH_KILO_UNITS = re.compile(r"千瓦时|千瓦|千克|千米|千帕")
 _ZH_KILO = {"千瓦时": "kWh", "千瓦": "kW", "千克": "kg", "千米": "km", "千帕": "kPa"}
 
 
+# spoken Chinese fractions of an amount: 一米四 is 1.4 metres (a height, a length; not 1 m and a 4), 一米七五 1.75,
+# 三公里半 3.5 km, 一个半小时 1.5 hours, 半个小时 half an hour
+_ZH_METRES_AND = re.compile(r"(\d+)\s*米\s*(\d{1,2})(?![\d.])"
+                            r"(?!\s*(?:厘米|毫米|公分|米|个|只|人|辆|次|号|位|岁|[a-z]))", re.I)
+_ZH_AND_A_HALF = re.compile(r"(\d+|一)\s*个?半\s*(小时|钟头|月)|(\d+)\s*(公里|千米|米|公斤|斤|吨|升|度)半")
+_ZH_HALF = re.compile(r"(?<![\d.个])半个?(小时|钟头|月)")
+
+
+def _zh_fractions(text: str) -> str:
+    text = _ZH_METRES_AND.sub(lambda m: f"{m.group(1)}.{m.group(2)} 米", text)
+    text = _ZH_AND_A_HALF.sub(lambda m: f" {1 if m.group(1) == '一' else m.group(1)}.5 {m.group(2)}" if m.group(1)
+                              else f"{m.group(3)}.5 {m.group(4)}", text)
+    return _ZH_HALF.sub(lambda m: f" 0.5 {m.group(1)}", text)
+
+
 def normalize(text: str) -> str:
     """One spelling for numbers: NFKC (full-width forms), Chinese numerals and number words as digits."""
     text = unicodedata.normalize("NFKC", text).replace("\u2212", "-").replace("零下", " minus ")
     text = _ZH_KILO_UNITS.sub(lambda m: _ZH_KILO[m.group(0)], text)
-    return _en_numbers(_zh_numbers(text))
+    return _en_numbers(_zh_fractions(_zh_numbers(text)))
 
 
 # ---- facts ------------------------------------------------------------------------------------------
