@@ -116,6 +116,20 @@ def test_a_condition_on_a_value_answers_whether_its_outcome_happens_at_the_users
     assert (limit.reply if limit else None) == reply, limit
 
 
+@pytest.mark.parametrize("question, passage, reply", [
+    ("My son is 140 cm. Does he still need his booster seat?", BOOSTER, "yes"),
+    ("My son is 160 cm. Does he still need his booster seat?", BOOSTER, "no"),
+    ("孩子一米四了，还要用增高座椅吗？", "身高不到 150 厘米的儿童必须使用增高座椅。", "yes"),  # 一米四: 1.4 m
+    ("孩子一米六了，还要用增高座椅吗？", "身高不到 150 厘米的儿童必须使用增高座椅。", "no"),
+    ("Will the heat pump still work at minus 15 degrees?", "It is most efficient above minus 10 degrees.", None),
+])
+def test_a_condition_on_whom_a_sentence_is_about_answers_whether_it_applies(question, passage, reply):
+    """"Children under 150 cm must ..." says who must: whether the user's child still has to; "most efficient
+    above minus 10 degrees" says how well, not when."""
+    limit = judge_limit(question, [passage])
+    assert (limit.reply if limit else None) == reply, limit
+
+
 REQUIREMENTS = ("Install Type: No desktop; RAM (minimum): 256 megabytes; RAM (recommended): 512 megabytes; "
                 "Hard Drive: 4 gigabytes\nInstall Type: With Desktop; RAM (minimum): 1 gigabytes; RAM (recommended): "
                 "2 gigabytes; Hard Drive: 10 gigabytes")

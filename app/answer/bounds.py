@@ -25,7 +25,7 @@ AS_MUCH_AS = r"\bas\s+(?:much|many|high|large)\s+as"
 _UPPER_BEFORE = re.compile(r"(?:\bup\s+to|\bbelow|\bunder|\b(?:less|lower|slower|shorter|lighter|smaller|fewer|"
                            r"narrower|younger)\s+than|\bat\s+most|" + AS_MUCH_AS + "|"
                            r"\bmax(?:imum)?(?:\s+(?:is|of))?|\bwithin|"
-                           r"不超过|低于|最多|最高|小于|少于)\s*" + _ABOUT, re.I)
+                           r"不超过|低于|最多|最高|小于|少于|不到|不足|未满)\s*" + _ABOUT, re.I)
 _LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater|further|farther|longer|heavier|"
                            r"larger|bigger|wider|taller|older)\s+than|\bat\s+least|" + AS_LITTLE_AS + "|"
                            r"\bminimum(?:\s+(?:is|of))?|\bbeyond|\bexceed(?:s|ing)?|"

@@ -197,21 +197,30 @@ def bound_sentence(question: str, passages: list[str], about: str = "") -> str:
 # asking whether a thing happens or is so, not whether it may be done: "will the seats heat up at 12 degrees?",
 # "座椅会自己热起来吗？" (会 as "will": not 会议 a meeting, 机会 a chance)
 _WILL_ZH = r"会不会|(?<![机社议学])会(?!议)[^，。,？?]*吗"
-_HAPPENS = re.compile(r"^\W*(?:will|would|does|do|is|are)\b|" + _WILL_ZH, re.I)
+_OWED_ZH = r"需要|要不要|用不用|还得|还要|必须"  # "need", "still have to", "must"
+_HAPPENS = re.compile(r"^\W*(?:will|would|does|do|is|are)\b|" + _WILL_ZH + "|" + _OWED_ZH, re.I)
 # a condition on a value ("when it is below 10 degrees", "if the stop lasts less than 3 seconds", "低于 10 度时"):
 # what the sentence says happens only then, which answers whether it happens at the user's amount ("unless"
 # says the opposite, and is no condition here)
 _CONDITION = re.compile(r"(?:\b(?:when|whenever|if|once|while|only)\b|当|如果|若|只有|只在)[^.,;:!?，。；：！？]*?"
                         r"(?:\b(?:below|under|above|over|beyond|(?:less|more|fewer|lower|higher|longer|shorter)"
                         r"\s+than)|低于|高于|超过|不到|少于|多于|小于|大于)\s*$", re.I)
+# a condition on who or what a sentence is about, said at its start: "Children under 150 cm tall must ...",
+# "Trailers over 750 kg need ...", "身高不到 150 厘米的儿童 ..." (not "It is most efficient above minus 10
+# degrees", which says how well, not when)
+_SUBJECT_CONDITION = re.compile(r"^\W*(?:[^\W\d_]+\s+){1,2}(?:under|over|below|above|(?:less|more)\s+than)\s*$",
+                                re.I)
+_SUBJECT_CONDITION_ZH = re.compile(r"(?:低于|高于|超过|不到|小于|大于)\s*$")  # with 的 after the value
 # the words that turn what happens round ("switches off", "stops", "does not"): a condition answers a question
 # about the same outcome only, not "will it stay on?" by "it switches off when ..."
 _OUTCOME_TURNED = re.compile(r"\b(?:off|stops?|stopped|disabled?|deactivated?|not|no|never|cannot)\b|n't\b"
-                             r"|关闭|关掉|停止|不|没|无法", re.I)
+                             r"|关闭|关掉|停止|不(?!到|足|超过|低于|高于|少于|多于|小于|大于)|没|无法", re.I)
 
 # asking whether the user's amount is allowed, possible or enough: a yes says it is within the bound
 # the words that judge an amount acceptable: "is it OK / safe / enough ..."
 _ACCEPTABLE = r"ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal"
+# asking whether a thing may be done: "is he allowed in the front?", "可以吗"
+_MAY = re.compile(rf"\b(?:{_ACCEPTABLE}|permitted)\b|可以|能不能|能否|行不行|行吗|(?<![功性智])能(?![量耗源力])", re.I)
 _WITHIN = re.compile(rf"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+(?:{_ACCEPTABLE})"
                      r"|will|would|does|do|is|are)\b|可以|能不能|能|够|行不行|行吗|" + _WILL_ZH +
                      # a verb's potential complement asks whether it can be done: 拖得动, 装得下, 开得了
@@ -284,7 +293,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     q = asked[0]
     wanted = terms(without_facts(words))
     # a question whether something happens is answered by a condition on the same outcome, too
-    happens = bool(_HAPPENS.search(main_clause(asking[0])))
+    happens = bool(_HAPPENS.search(main_clause(asking[0]))) and not _MAY.search(asking[0])
     decided = [(sentence, passage, *_verdict(q, sentence, values, wanted,
                                              happens and _same_outcome(asking[0], sentence)))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
@@ -355,7 +364,7 @@ _DOING = re.compile(rf"^\W*\w+\s+(?:i|we|you)\b|\b(?:{_OWED}|required|necessary)
 
 
 # asking whether something is due: "do I need to change it?", "should it be replaced by now?", "需要换了吗？"
-_DUE = re.compile(rf"\b(?:{_OWED}|due|time\s+to)\b|需要|要不要|该", re.I)
+_DUE = re.compile(rf"\b(?:{_OWED}|due|time\s+to)\b|{_OWED_ZH}|该", re.I)
 # how often a thing is due: "every 2 years", "each 10,000 km", "每 2 年", "每隔 3 个月"
 _EVERY = re.compile(r"(?:\bevery|\beach|每隔?)(?:\s*[\d.,]+\s*[^\s\d]+\s*(?:or|或者?)\s*(?:every|每)?)?\s*$", re.I)
 
@@ -367,6 +376,18 @@ def _asks_if_due(part: str) -> bool:
 
 
 _BEFORE = 40  # characters before a value that say what it is: "up to", "at least", "every"
+
+
+def _of_the_subject(q: Quantity, sentence: str) -> bool:
+    """Whether the amount `q` bounds whom or what `sentence` is about (_SUBJECT_CONDITION)."""
+    text = normalize(sentence)
+    at = text.find(normalize(q.text))
+    if at < 0:
+        return False
+    before, after = text[:at], text[at + len(normalize(q.text)):]
+    # a Chinese one is a modifier: the value's 的 follows its unit ("不到 150 厘米的儿童")
+    return bool(_SUBJECT_CONDITION.search(before) or (_SUBJECT_CONDITION_ZH.search(before)
+                                                      and re.match(r"[^，。；、\s]{0,3}的", after)))
 
 
 def _said_after(words: re.Pattern, q: Quantity, text: str) -> bool:
@@ -486,7 +507,7 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
     said, used = set(), set()
     for v in named or values:
         needed = _said_after(_NEEDS, v, sentence)
-        conditional = conditions and _said_after(_CONDITION, v, sentence)
+        conditional = conditions and (_said_after(_CONDITION, v, sentence) or _of_the_subject(v, sentence))
         if not (needed or conditional or _said_after(_LIMIT_WORDS, v, sentence)):
             continue
         if conditional and q.base() == v.base():  # "below 10" says nothing of 10 itself
