@@ -122,6 +122,12 @@ def test_a_condition_on_a_value_answers_whether_its_outcome_happens_at_the_users
     ("孩子一米四了，还要用增高座椅吗？", "身高不到 150 厘米的儿童必须使用增高座椅。", "yes"),  # 一米四: 1.4 m
     ("孩子一米六了，还要用增高座椅吗？", "身高不到 150 厘米的儿童必须使用增高座椅。", "no"),
     ("Will the heat pump still work at minus 15 degrees?", "It is most efficient above minus 10 degrees.", None),
+    # going without what the rule obliges of whom the amount names is not allowed; of others it says nothing
+    ("My daughter is 140 cm and wants to sit without her booster. Is she allowed to?", BOOSTER, "no"),
+    ("My daughter is 155 cm and wants to sit without her booster. Is she allowed to?", BOOSTER, None),
+    ("My trailer is 900 kg. Can I tow it without brakes?", "Trailers over 750 kg must have their own brakes.", "no"),
+    ("My trailer is 900 kg. Can I tow it without a problem?", "Trailers over 750 kg must have their own brakes.",
+     None),  # the question goes without something the rule does not oblige
 ])
 def test_a_condition_on_whom_a_sentence_is_about_answers_whether_it_applies(question, passage, reply):
     """"Children under 150 cm must ..." says who must: whether the user's child still has to; "most efficient
@@ -168,7 +174,6 @@ def test_an_amount_asked_as_enough_against_no_one_value_is_not_judged(question, 
 
 
 @pytest.mark.parametrize("question, passage", [
-    ("My daughter is 140 cm and wants to sit without her booster. Is she allowed to?", BOOSTER),  # negated
     ("My son is 160 cm. Is he allowed in the front?", BOOSTER),  # "under 150 cm" is a condition, not a limit
     ("Can I use blind spot monitoring at 5 km/h?", BLIND_SPOT),  # "above 10 km/h" is when it works
     ("Is 2,000 kg too much for it?", TOWING),  # "too much" asks the other way round

@@ -220,7 +220,8 @@ _OUTCOME_TURNED = re.compile(r"\b(?:off|stops?|stopped|disabled?|deactivated?|no
 # the words that judge an amount acceptable: "is it OK / safe / enough ..."
 _ACCEPTABLE = r"ok|okay|alright|all\s+right|safe|possible|fine|enough|allowed|legal"
 # asking whether a thing may be done: "is he allowed in the front?", "可以吗"
-_MAY = re.compile(rf"\b(?:{_ACCEPTABLE}|permitted)\b|可以|能不能|能否|行不行|行吗|(?<![功性智])能(?![量耗源力])", re.I)
+_MAY = re.compile(rf"\b(?:can|could|may|{_ACCEPTABLE}|permitted)\b"
+                  r"|可以|能不能|能否|行不行|行吗|(?<![功性智])能(?![量耗源力])", re.I)
 _WITHIN = re.compile(rf"^\W*(?:can|could|may|might|am\s+i\s+allowed|is\s+(?:it|that|this)\s+(?:{_ACCEPTABLE})"
                      r"|will|would|does|do|is|are)\b|可以|能不能|能|够|行不行|行吗|" + _WILL_ZH +
                      # a verb's potential complement asks whether it can be done: 拖得动, 装得下, 开得了
@@ -308,6 +309,12 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     due = not decided and _asks_if_due(asking[0]) and not _said_after(_EVERY, q, question)
     if due:
         decided = _due(q, _of_kind(ranked, q.kind), question)
+    # "may she sit without her booster at 140 cm?": going without what a rule obliges of whom the user's
+    # amount names ("children under 150 cm must travel in a booster seat") is not allowed
+    forgone = not decided and bool(_MAY.search(asking[0])) and _forgone(q, question, _of_kind(ranked, q.kind),
+                                                                         wanted)
+    if forgone:
+        decided = forgone
     if not decided or decided[0][2] == "unclear":
         return None
     sentence, passage, reply, bound = decided[0]  # the sentence most about the question that bounds it
@@ -319,7 +326,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     if due:
         told = "，".join(c for c in _CLAUSE_BREAK.split(normalize(told))
                         if normalize(q.text) not in c or _DUE.search(c))
-    if not value_asked and not all(_says_too(negation, sentence) for negation in _NEGATED.finditer(told)):
+    if not (value_asked or forgone) and not all(_says_too(negation, sentence) for negation in _NEGATED.finditer(told)):
         return None
     # another passage bounding the same kind at other values: which limit is the question's is unclear
     # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW), unless
@@ -376,6 +383,31 @@ def _asks_if_due(part: str) -> bool:
 
 
 _BEFORE = 40  # characters before a value that say what it is: "up to", "at least", "every"
+
+
+# what a rule obliges: "must", "have to", "必须"
+_OBLIGED = re.compile(r"\b(?:must|shall|required\s+to|have\s+to|has\s+to|needs?\s+to)\b|必须|应当|需要", re.I)
+
+
+def _forgone(q: Quantity, question: str, stating: Ranked, wanted: set[str]) -> list:
+    """The reply "no" to a question whether the user may go without something (`question` negates it) when the
+    sentence most about it that obliges it does so of whom the user's amount names; [] when that sentence's
+    condition leaves the user out (the rule then says nothing of them) or none obliges what is negated."""
+    told = A_NOT_A.sub("", question)
+    for sentence, values, passage in stating:
+        obliged = _OBLIGED.search(sentence)
+        if not obliged:
+            continue
+        reply, used = _verdict(q, sentence, values, wanted, conditions=True)
+        if reply is None:
+            continue
+        # what the question goes without is what the rule obliges: "without her booster", "travel in a booster seat"
+        owed = terms(without_facts(sentence[obliged.end():]))
+        negated = [terms(without_facts(told[m.end():m.end() + _NEGATED_SPAN])) for m in _NEGATED.finditer(told)]
+        if reply == "yes" and any(n & owed for n in negated):
+            return [(sentence, passage, "no", used)]
+        return []
+    return []
 
 
 def _of_the_subject(q: Quantity, sentence: str) -> bool:
