@@ -394,6 +394,7 @@ def _forgone(q: Quantity, question: str, stating: Ranked, wanted: set[str]) -> l
     sentence most about it that obliges it does so of whom the user's amount names; [] when that sentence's
     condition leaves the user out (the rule then says nothing of them) or none obliges what is negated."""
     told = A_NOT_A.sub("", question)
+    negated = [terms(without_facts(told[m.end():m.end() + _NEGATED_SPAN])) for m in _NEGATED.finditer(told)]
     for sentence, values, passage in stating:
         obliged = _OBLIGED.search(sentence)
         if not obliged:
@@ -403,7 +404,6 @@ def _forgone(q: Quantity, question: str, stating: Ranked, wanted: set[str]) -> l
             continue
         # what the question goes without is what the rule obliges: "without her booster", "travel in a booster seat"
         owed = terms(without_facts(sentence[obliged.end():]))
-        negated = [terms(without_facts(told[m.end():m.end() + _NEGATED_SPAN])) for m in _NEGATED.finditer(told)]
         if reply == "yes" and any(n & owed for n in negated):
             return [(sentence, passage, "no", used)]
         return []
@@ -531,7 +531,8 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
              conditions: bool = False) -> tuple[str | None, frozenset]:
     """The reply `sentence` gives the amount `q` ("yes", "no", "unclear" when its limits disagree, None
     when it states no limit of `q`'s kind) and the limits it holds it against. `conditions`: a condition
-    on a value ("when it is below 10 °C") counts as its limit (the question asks whether that happens)."""
+    on a value ("when it is below 10 °C", "children under 150 cm ...") counts as its limit (the question
+    asks whether what it says happens or applies)."""
     sides, told = bounds(sentence), said_of(sentence)
     # a list's values each belong to their own thing ("braked ... 1,500 kg, unbraked ... 750 kg"): those
     # of the thing the question names, when it names one
