@@ -410,13 +410,19 @@ def _forgone(q: Quantity, question: str, stating: Ranked, wanted: set[str]) -> l
     return []
 
 
+def _around(q: Quantity, text: str) -> tuple[str, str] | None:
+    """What `text` (normalised) says before and after the amount `q`; None where it does not say it."""
+    text, said = normalize(text), normalize(q.text)
+    at = text.find(said)
+    return (text[:at], text[at + len(said):]) if at >= 0 else None
+
+
 def _of_the_subject(q: Quantity, sentence: str) -> bool:
     """Whether the amount `q` bounds whom or what `sentence` is about (_SUBJECT_CONDITION)."""
-    text = normalize(sentence)
-    at = text.find(normalize(q.text))
-    if at < 0:
+    around = _around(q, sentence)
+    if around is None:
         return False
-    before, after = text[:at], text[at + len(normalize(q.text)):]
+    before, after = around
     # a Chinese one is a modifier: the value's 的 follows its unit ("不到 150 厘米的儿童")
     return bool(_SUBJECT_CONDITION.search(before) or (_SUBJECT_CONDITION_ZH.search(before)
                                                       and re.match(r"[^，。；、\s]{0,3}的", after)))
@@ -424,9 +430,8 @@ def _of_the_subject(q: Quantity, sentence: str) -> bool:
 
 def _said_after(words: re.Pattern, q: Quantity, text: str) -> bool:
     """Whether the amount `q` is said right after `words` in `text` ("every 3 years", "up to 1,500 kg")."""
-    text = normalize(text)
-    at = text.find(normalize(q.text))
-    return at >= 0 and bool(words.search(text[max(0, at - _BEFORE):at]))
+    around = _around(q, text)
+    return around is not None and bool(words.search(around[0][-_BEFORE:]))
 
 
 def _due(q: Quantity, stating: Ranked, question: str) -> list[tuple[str, int, str, frozenset]]:
