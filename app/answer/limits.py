@@ -394,7 +394,7 @@ def _forgone(q: Quantity, question: str, stating: Ranked, wanted: set[str]) -> l
     sentence most about it that obliges it does so of whom the user's amount names; [] when that sentence's
     condition leaves the user out (the rule then says nothing of them) or none obliges what is negated."""
     told = A_NOT_A.sub("", question)
-    negated = [terms(without_facts(told[m.end():m.end() + _NEGATED_SPAN])) for m in _NEGATED.finditer(told)]
+    negated = [_negated_terms(m) for m in _NEGATED.finditer(told)]
     for sentence, values, passage in stating:
         obliged = _OBLIGED.search(sentence)
         if not obliged:
@@ -518,11 +518,16 @@ def _named(sentence: str, values: list[Quantity], wanted: set[str]) -> list[Quan
     return [v for v, n in zip(values, shared) if n == max(shared)] if values else []
 
 
+def _negated_terms(negation: re.Match) -> set[str]:
+    """The terms a negating word (a match) says no to: those of the _NEGATED_SPAN characters after it."""
+    return terms(without_facts(negation.string[negation.end():negation.end() + _NEGATED_SPAN]))
+
+
 def _says_too(negation: re.Match, sentence: str) -> bool:
     """Whether `sentence` negates what the question's `negation` (a match in it) does: the same negating
     word before a word the question negates."""
-    negated = terms(without_facts(negation.string[negation.end():negation.end() + _NEGATED_SPAN]))
-    return any(terms(without_facts(sentence[m.end():m.end() + _NEGATED_SPAN])) & negated
+    negated = _negated_terms(negation)
+    return any(_negated_terms(m) & negated
                for m in re.finditer(re.escape(negation.group(0)), sentence, re.I)) if negated else False
 
 
