@@ -711,6 +711,9 @@ def test_an_invented_fact_is_not_repaired_from_the_passages(answer):
     ("Set MAX_CONTENT_LENGTH (Passage 1).", "Set MAX_CONTENT_LENGTH."),
     ("Use from_file() from passages 1 and 2 to load it.", "Use from_file() to load it."),
     ("The passage on uploads says so.", "The passage on uploads says so."),  # no passage of the prompt's
+    ("根据 Passage 2 和 Passage 3 的信息，安装大约需要一小时。", "安装大约需要一小时。"),
+    ("如 Passage 1 所述，按住按钮三秒。", "按住按钮三秒。"),
+    ("按住按钮三秒（见 Passage 2）。", "按住按钮三秒。"),
 ])
 def test_what_an_answer_says_of_the_prompts_passages_is_left_out(said, meant):
     from knowledge.prompts import without_passage_mentions
