@@ -74,7 +74,7 @@ _quant_option = click.option(
     "--quant", default="none", show_default=True,
     help="none (float; fp16 on HTP) | w8a16 | w4a16 | w4a16-mixed | w4a16-gguf | a JSON recipe file: PTQ for HTP with --calib text | "
          "int4 | int8: block-quantized graphs for the CPU backend (LLMs; GGUF blocks kept exactly; int4 reads "
-         "Q4_K/Q6_K/Q4_1/Q8_0 with hexrag's own kernels where they are built) | int4-matmulnbits: int4 on ONNX "
+         "Q4_K/Q5_K/Q6_K/Q4_1/Q8_0 with hexrag's own kernels where they are built) | int4-matmulnbits: int4 on ONNX "
          "Runtime's kernels only | int4-requant: ONNX Runtime GenAI's int4 layout, less accurate.")
 _calib_options = [
     click.option("--calib", "calib", multiple=True, type=click.Path(path_type=Path),

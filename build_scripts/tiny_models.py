@@ -159,19 +159,20 @@ def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, tied: 
                     ffn: int = FFN) -> dict[str, np.ndarray]:
     """Write a llama.cpp-style GGUF of the tiny decoder; returns the HF-layout weights.
     `embed_qtype`: the token embedding's own type (SmolLM2's Q4_1 file keeps it Q8_0).
-    `qtype="Q4_K_M"`: llama.cpp's mix (Q6_K for attn_v, ffn_down and the LM head, Q4_K elsewhere);
-    it needs `hidden` and `ffn` multiples of 256."""
+    `qtype="Q4_K_M"`: llama.cpp's mix (Q6_K for attn_v, ffn_down and the LM head, Q4_K elsewhere; "Q5_K_M"
+    the same with Q5_K); it needs `hidden` and `ffn` multiples of 256."""
     import gguf
 
     qtype = qtype.upper()
     file_types = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                   "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-                  "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M}
+                  "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+                  "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M}
     if qtype not in file_types:
         raise ValueError(f"qtype must be one of {list(file_types)}")
     HIDDEN, FFN, HEAD_DIM = hidden, ffn, hidden // N_HEAD  # noqa: N806 - the module's names, resized
     hf = tiny_decoder_weights(arch, seed, tied, hidden, ffn)
-    mix = qtype == "Q4_K_M"
+    mix = qtype[:2] + "_K" if qtype in ("Q4_K_M", "Q5_K_M") else None  # the mix's main type
     tokens, types, merges = tiny_bpe_vocab()
 
     wr = gguf.GGUFWriter(str(path), arch)  # also writes general.architecture
@@ -204,8 +205,8 @@ def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, tied: 
     def put(name: str, arr: np.ndarray, kind: str = qtype) -> None:
         # llama.cpp keeps 1-D tensors (norms, biases) in F32 whatever the file type
         arr = np.ascontiguousarray(arr, dtype=np.float32)
-        if kind == "Q4_K_M":
-            kind = "Q6_K" if name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")) else "Q4_K"
+        if kind in ("Q4_K_M", "Q5_K_M"):
+            kind = "Q6_K" if name == "output.weight" or name.endswith(("attn_v.weight", "ffn_down.weight")) else mix
         if arr.ndim == 1 or kind == "F32":
             wr.add_tensor(name, arr)
         elif kind == "F16":
@@ -217,7 +218,7 @@ def write_tiny_gguf(path: str | Path, arch: str = "llama", seed: int = 0, tied: 
             q = gguf.GGMLQuantizationType[kind]
             wr.add_tensor(name, gguf.quants.quantize(arr, q), raw_dtype=q)
 
-    put("token_embd.weight", hf["model.embed_tokens.weight"], embed_qtype or ("Q4_K" if mix else qtype))
+    put("token_embd.weight", hf["model.embed_tokens.weight"], embed_qtype or mix or qtype)
     for i in range(N_LAYER):
         p, b = f"model.layers.{i}.", f"blk.{i}."
         put(b + "attn_norm.weight", hf[p + "input_layernorm.weight"])
@@ -531,26 +532,30 @@ def write_tiny_e5(path: str | Path, seed: int = 0) -> dict[str, np.ndarray]:
 # ---- K-quant blocks for test files: plain round-to-nearest (llama.cpp searches its scales; the
 # layout, which is what the readers under test decode, is the same) ----
 
-def quantize_q4_k(w: np.ndarray) -> np.ndarray:
+def quantize_q4_k(w: np.ndarray, bits: int = 4) -> np.ndarray:
     """float [N, K] (K % 256 == 0) -> Q4_K rows (uint8 [N, K/256 · 144]): per 32 weights
-    w ≈ d·sc·q − dmin·m with 6-bit sc, m and 4-bit q."""
-    n = w.shape[0]
+    w ≈ d·sc·q − dmin·m with 6-bit sc, m and 4-bit q; `bits=5`: Q5_K rows (176 bytes a block: the
+    same with 5-bit q, each code's fifth bit in 32 bytes before the nibbles)."""
+    n, top = w.shape[0], 2 ** bits - 1
     x = w.reshape(n, -1, 8, 32).astype(np.float32)
     mins = np.maximum(-x.min(-1), 0)
-    scale = (x.max(-1) + mins) / 15
+    scale = (x.max(-1) + mins) / top
     d = np.maximum(scale.max(-1), 1e-8) / 63
     dmin = np.maximum(mins.max(-1), 1e-8) / 63
     sc = np.clip(np.rint(scale / d[..., None]), 1, 63).astype(np.uint8)
     mn = np.clip(np.rint(mins / dmin[..., None]), 0, 63).astype(np.uint8)
     step = (d[..., None] * sc)[..., None]
-    q = np.clip(np.rint((x + (dmin[..., None] * mn)[..., None]) / step), 0, 15).astype(np.uint8)
+    q = np.clip(np.rint((x + (dmin[..., None] * mn)[..., None]) / step), 0, top).astype(np.uint8)
     packed = np.empty((*sc.shape[:-1], 12), np.uint8)  # scales 0-3 | mins 0-3 | low nibbles of 4-7
     packed[..., 0:4] = (sc[..., :4] & 63) | ((sc[..., 4:] >> 4) << 6)
     packed[..., 4:8] = (mn[..., :4] & 63) | ((mn[..., 4:] >> 4) << 6)
     packed[..., 8:12] = (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)
-    qs = (q[..., 0::2, :] | (q[..., 1::2, :] << 4)).reshape(*q.shape[:2], 128)  # sub-blocks 2j | 2j+1
+    low = q & 15
+    qs = (low[..., 0::2, :] | (low[..., 1::2, :] << 4)).reshape(*q.shape[:2], 128)  # sub-blocks 2j | 2j+1
     head = np.stack([d, dmin], -1).astype(np.float16).view(np.uint8)
-    return np.concatenate([head, packed, qs], -1).reshape(n, -1)
+    # Q5_K: bit s of qh[l] is sub-block s's fifth bit of its value l
+    high = [(sum((q[..., s, :] >> 4).astype(np.uint16) << s for s in range(8))).astype(np.uint8)] if bits == 5 else []
+    return np.concatenate([head, packed, *high, qs], -1).reshape(n, -1)
 
 
 def quantize_q6_k(w: np.ndarray) -> np.ndarray:
@@ -571,4 +576,4 @@ def quantize_q6_k(w: np.ndarray) -> np.ndarray:
     return np.concatenate([ql, qh, sc.view(np.uint8), tail], -1).reshape(n, -1)
 
 
-K_QUANTIZERS = {"Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}
+K_QUANTIZERS = {"Q4_K": quantize_q4_k, "Q5_K": lambda w: quantize_q4_k(w, bits=5), "Q6_K": quantize_q6_k}

@@ -169,6 +169,30 @@ def test_int4_reads_k_quant_blocks_with_hexrags_kernels(q4_k_m_source, tmp_path,
     assert not _ready(tmp_path / "no-lib", "int4") and _ready(out, "int4")
 
 
+def test_int4_reads_q5_k_blocks_with_hexrags_kernels(tmp_path):
+    """llama.cpp's Q5_K_M mix (Q5_K layers and token embedding, Q6_K for v, down and the LM head): every
+    layer one KQuantMatMul over the file's own bytes, the embedding read by row from its Q5_K blocks;
+    logits as close to the file's weights as the MatMulNBits build's (which re-quantizes Q5_K to 8 bits)."""
+    need_kquant()
+    source = tmp_path / "q5km.gguf"
+    tm.write_tiny_gguf(source, arch="qwen2", seed=17, tied=False, qtype="Q5_K_M", hidden=256, ffn=512)
+    out = tmp_path / "kq"
+    build_llm(source, out, context=tm.MAX_POS // 2, prefill=(16, 4), progress=False, quant="int4")
+    q = load_manifest(out).quantization
+    assert q.format == "KQuantMatMul" and q.blocks.weights == {"gguf Q5_K (exact, K-quant kernels)": 5 * tm.N_LAYER,
+                                                               "gguf Q6_K (exact, K-quant kernels)": 2 * tm.N_LAYER + 1}
+    graph = onnx.load(str(out / "step.onnx"), load_external_data=False)
+    ops = [n.op_type for n in graph.graph.node]
+    assert ops.count("KQuantMatMul") == 6 * tm.N_LAYER + 1 and "MatMulNBits" not in ops
+    assert ops.count("KQuantGather") == 1 and "Cast" not in ops
+    table = next(t for t in graph.graph.initializer if t.name == "embed.kq")
+    assert int(np.prod(table.dims)) == tm.tiny_vocab_size() * 176  # one 256-value Q5_K block a row
+    build_llm(source, tmp_path / "i4", context=tm.MAX_POS // 2, prefill=(16, 4), progress=False,
+              quant="int4-matmulnbits")
+    assert "MatMulNBits" == load_manifest(tmp_path / "i4").quantization.format
+    _as_close_as_matmulnbits(out, tmp_path / "i4", source)
+
+
 def test_int4_reads_q4_1_and_q8_0_blocks_with_hexrags_kernels(q4_sources, tmp_path, monkeypatch):
     """SmolLM2's packaging (Q4_1 layers, a tied Q8_0 embedding) with the kernel library built: every
     layer and the LM head one KQuantMatMul over the file's bytes, the embedding read by row from the

@@ -18,8 +18,9 @@ from onnx import TensorProto, helper, numpy_helper
 from runtime import kquant
 from tests.conftest import need_kquant
 
-TYPES = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q6_K: GGMLQuantizationType.Q6_K,
-         kquant.Q4_1: GGMLQuantizationType.Q4_1, kquant.Q8_0: GGMLQuantizationType.Q8_0}
+TYPES = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q5_K: GGMLQuantizationType.Q5_K,
+         kquant.Q6_K: GGMLQuantizationType.Q6_K, kquant.Q4_1: GGMLQuantizationType.Q4_1,
+         kquant.Q8_0: GGMLQuantizationType.Q8_0}
 
 
 def random_blocks(ggml_type: int, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -27,8 +28,9 @@ def random_blocks(ggml_type: int, n: int, k: int, rng: np.random.Generator) -> n
     nb = k // kquant.BLOCK_VALUES[ggml_type]
     half = lambda lo, hi: rng.uniform(lo, hi, (n, nb)).astype(np.float16).view(np.uint8).reshape(n, nb, 2)
     d = half(1e-3, 2e-2)
-    if ggml_type == kquant.Q4_K:  # d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of 4-bit codes
-        rest = rng.integers(0, 256, (n, nb, 140), dtype=np.uint8)
+    if ggml_type in (kquant.Q4_K, kquant.Q5_K):  # d, dmin, 12 bytes of 6-bit scales and mins, (Q5_K: 32 bytes
+        # of fifth bits,) 128 bytes of 4-bit codes
+        rest = rng.integers(0, 256, (n, nb, 140 if ggml_type == kquant.Q4_K else 172), dtype=np.uint8)
         blocks = np.concatenate([d, half(1e-3, 2e-2), rest], axis=-1)
     elif ggml_type == kquant.Q6_K:  # 128 + 64 bytes of 6-bit codes, 16 int8 scales, d
         rest = rng.integers(0, 256, (n, nb, 208), dtype=np.uint8)

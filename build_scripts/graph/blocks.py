@@ -131,6 +131,7 @@ _LAYOUTS = {
     "Q4_1": np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", 16)]),
     "Q8_0": np.dtype([("d", "<f2"), ("qs", "i1", 32)]),
     "Q4_K": np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)]),
+    "Q5_K": np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32), ("qs", "u1", 128)]),
     "Q6_K": np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")]),
 }
 # the MatMulNBits format each of them maps onto: (bits, block, zero points?, min term?)
@@ -141,7 +142,7 @@ EXACT_FORMATS = {"Q4_0": (4, 32, False, False), "Q4_1": (4, 32, True, True), "Q4
 def from_gguf(qtype: str, raw: np.ndarray) -> BlockWeight | None:
     """GGUF rows (uint8 [N, row bytes]) as MatMulNBits blocks, bit-exactly; None for a type
     without an exact mapping."""
-    if qtype not in _LAYOUTS:
+    if qtype not in EXACT_FORMATS:  # (Q5_K's 5-bit codes fit no MatMulNBits format)
         return None
     b = np.ascontiguousarray(raw).view(_LAYOUTS[qtype])  # [N, blocks per row]
     n = b.shape[0]
@@ -177,7 +178,7 @@ def from_gguf(qtype: str, raw: np.ndarray) -> BlockWeight | None:
 
 
 CPU_RECIPES = {
-    "int4": "GGUF blocks kept exactly: Q4_K/Q6_K/Q4_1/Q8_0 as the file stores them, multiplied by hexrag's "
+    "int4": "GGUF blocks kept exactly: Q4_K/Q5_K/Q6_K/Q4_1/Q8_0 as the file stores them, multiplied by hexrag's "
             "K-quant kernels (KQuantMatMul, int8 activations per block: 256 or 32 values) where they run "
             "vectorized; Q4_0 (and the others without them) mapped onto MatMulNBits (integer kernels, accuracy "
             "level 4); anything else re-quantized to 4-bit blocks of 32 (8-bit for the LM head and Q5 types)",
@@ -195,7 +196,7 @@ CPU_RECIPES = {
                     "(accuracy level 4)",
 }
 # the GGUF types the K-quant kernels read -> (GGML's type number: the op's ggml_type, values per block)
-KQUANT_TYPES = {"Q4_1": (3, 32), "Q8_0": (8, 32), "Q4_K": (12, 256), "Q6_K": (14, 256)}
+KQUANT_TYPES = {"Q4_1": (3, 32), "Q8_0": (8, 32), "Q4_K": (12, 256), "Q5_K": (13, 256), "Q6_K": (14, 256)}
 
 
 def _exact(qtype: str) -> str:
@@ -217,7 +218,7 @@ class BlockRecipe:
 
     def __init__(self, name: str, weights, kquant_kernels: bool = False):
         """`kquant_kernels`: hexrag's K-quant kernels run vectorized here (runtime/kquant), so int4
-        keeps Q4_K/Q6_K blocks as the file stores them: the file's bytes are the graph's weights."""
+        keeps Q4_K/Q5_K/Q6_K blocks as the file stores them: the file's bytes are the graph's weights."""
         if name not in CPU_RECIPES:
             raise ValueError(f"unknown CPU quantization {name!r} (choose from {', '.join(CPU_RECIPES)})")
         self.name = name

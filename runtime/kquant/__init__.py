@@ -1,4 +1,4 @@
-"""The K-quant kernel library: matrix products on GGUF Q4_K / Q6_K / Q4_1 / Q8_0 blocks as stored.
+"""The K-quant kernel library: matrix products on GGUF Q4_K / Q5_K / Q6_K / Q4_1 / Q8_0 blocks as stored.
 
 `kquant.c` is built by the package's own build (`pip install -e .`, setup.py) into `_kquant*.so`
 next to this file; a machine without a C compiler gets no library, a line in pip's log, and the
@@ -22,8 +22,8 @@ DOMAIN = "hexrag"
 OP = "KQuantMatMul"
 GATHER_OP = "KQuantGather"
 OPS = (OP, GATHER_OP)
-Q4_1, Q8_0, Q4_K, Q6_K = 3, 8, 12, 14  # GGML's type numbers, the op's `ggml_type`
-BLOCK_VALUES = {Q4_1: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256}  # values per block: K is a multiple of it
+Q4_1, Q8_0, Q4_K, Q5_K, Q6_K = 3, 8, 12, 13, 14  # GGML's type numbers, the op's `ggml_type`
+BLOCK_VALUES = {Q4_1: 32, Q8_0: 32, Q4_K: 256, Q5_K: 256, Q6_K: 256}  # values per block: K is a multiple of it
 PATHS = ("scalar", "avx2", "avxvnni", "avx512", "neon", "dotprod")  # the library's path numbers, in order
 
 

@@ -7,6 +7,7 @@
  *
  *   Q4_K  w = d·sc_j·q − dmin·m_j   (q 4-bit, 8 sub-blocks of 32 with 6-bit sc_j, m_j)
  *         x·w = dx·(d·Σ_j sc_j·Σ q·qx − dmin·Σ_j m_j·Σ_j qx)
+ *   Q5_K  the same with q 5-bit: Q4_K's nibbles and a fifth bit each from 32 more bytes (176 bytes)
  *   Q6_K  w = d·sc_b·(q − 32)       (q 6-bit, 16 sub-blocks of 16 with int8 sc_b)
  *         x·w = dx·d·(Σ_b sc_b·Σ q·qx − 32·Σ_b sc_b·Σ_b qx)
  *
@@ -33,6 +34,7 @@
  * rows of a token embedding kept as the file's blocks.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +68,7 @@
 #define QK32 32
 enum { Q4_1_CHUNK = 64 }; /* Q4_1 blocks the tiled product unpacks at once: 8 KB of codes, 4 weight rows */
 
-enum { KQ_Q4_1 = 3, KQ_Q8_0 = 8, KQ_Q4_K = 12, KQ_Q6_K = 14 }; /* GGML's type numbers */
+enum { KQ_Q4_1 = 3, KQ_Q8_0 = 8, KQ_Q4_K = 12, KQ_Q5_K = 13, KQ_Q6_K = 14 }; /* GGML's type numbers */
 /* best last within an architecture; avx512: the 256-bit kernels on AVX-512's VNNI, the 512-bit tiled product */
 enum {
   KQ_PATH_SCALAR = 0, KQ_PATH_AVX2 = 1, KQ_PATH_AVXVNNI = 2, KQ_PATH_AVX512 = 3,
@@ -78,6 +80,13 @@ typedef struct {
   uint8_t scales[12];
   uint8_t qs[128];
 } block_q4_k;
+
+typedef struct { /* Q4_K's scales and mins, with each code's fifth bit in qh */
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+} block_q5_k;
 
 typedef struct {
   uint8_t ql[128];
@@ -109,6 +118,7 @@ typedef struct { /* activations quantized per 32, for the blocks of 32 */
 } block_q8_32;
 
 _Static_assert(sizeof(block_q4_k) == 144, "Q4_K block");
+_Static_assert(sizeof(block_q5_k) == 176, "Q5_K block");
 _Static_assert(sizeof(block_q6_k) == 210, "Q6_K block");
 _Static_assert(sizeof(block_q4_1) == 20, "Q4_1 block");
 _Static_assert(sizeof(block_q8_0) == 34, "Q8_0 block");
@@ -214,6 +224,16 @@ static void q4_k_codes(const block_q4_k *b, uint8_t *codes) {
     }
 }
 
+/* Q5_K's 5-bit codes (0..31): Q4_K's nibbles, chunk j's low ones with bit 2j of qh[l] on top, its high
+ * ones with bit 2j+1 */
+static void q5_k_codes(const block_q5_k *b, uint8_t *codes) {
+  for (int j = 0; j < 4; j++)
+    for (int l = 0; l < 32; l++) {
+      codes[64 * j + l] = (b->qs[32 * j + l] & 0xf) | (((b->qh[l] >> (2 * j)) & 1) << 4);
+      codes[64 * j + 32 + l] = (b->qs[32 * j + l] >> 4) | (((b->qh[l] >> (2 * j + 1)) & 1) << 4);
+    }
+}
+
 /* Q6_K's 6-bit codes (0..63): in each half of 128, quarter j takes its low 4 bits from a nibble of
  * ql (j = 0, 1: the low nibbles of ql[0..31], ql[32..63]; j = 2, 3: their high nibbles) and its top 2
  * from bits 2j, 2j+1 of qh */
@@ -241,18 +261,34 @@ static int32_t scaled_dot(const uint8_t *codes, const int8_t *y, int len, const 
   return isum;
 }
 
+/* one block of codes with Q4_K's (and Q5_K's) 6-bit scales and mins against an activation block */
+static float dot_min_block(const uint8_t *codes, const uint8_t *scales12, uint16_t d, uint16_t dmin,
+                           const block_q8_k *a) {
+  uint32_t scw[4];
+  q4_k_scale_words(scales12, scw);
+  const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
+  const int scales[8] = {sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]};
+  const int32_t isum = scaled_dot(codes, a->qs, 32, scales);
+  const int32_t imin = q4_k_min_term(mn, a->bsums);
+  return a->d * (fp16_to_fp32(d) * (float)isum - fp16_to_fp32(dmin) * (float)imin);
+}
+
 static float dot_q4_k_one(const block_q4_k *w, const block_q8_k *a, int64_t nb) {
   float sum = 0.f;
   for (int64_t i = 0; i < nb; i++) {
     uint8_t codes[QK];
-    uint32_t scw[4];
     q4_k_codes(&w[i], codes);
-    q4_k_scale_words(w[i].scales, scw);
-    const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
-    const int scales[8] = {sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]};
-    const int32_t isum = scaled_dot(codes, a[i].qs, 32, scales);
-    const int32_t imin = q4_k_min_term(mn, a[i].bsums);
-    sum += a[i].d * (fp16_to_fp32(w[i].d) * (float)isum - fp16_to_fp32(w[i].dmin) * (float)imin);
+    sum += dot_min_block(codes, w[i].scales, w[i].d, w[i].dmin, &a[i]);
+  }
+  return sum;
+}
+
+static float dot_q5_k_one(const block_q5_k *w, const block_q8_k *a, int64_t nb) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < nb; i++) {
+    uint8_t codes[QK];
+    q5_k_codes(&w[i], codes);
+    sum += dot_min_block(codes, w[i].scales, w[i].d, w[i].dmin, &a[i]);
   }
   return sum;
 }
@@ -292,15 +328,28 @@ static float dot_q8_0_one(const block_q8_0 *w, const block_q8_32 *a, int64_t nb)
 }
 
 /* one row of blocks as floats (the token embedding's rows: KQuantGather) */
+static void dequantize_min_block(const uint8_t *codes, const uint8_t *scales12, uint16_t d16, uint16_t dmin16,
+                                 float *y) {
+  uint32_t scw[4];
+  q4_k_scale_words(scales12, scw);
+  const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
+  const float d = fp16_to_fp32(d16), dmin = fp16_to_fp32(dmin16);
+  for (int e = 0; e < QK; e++) y[e] = d * sc[e / 32] * codes[e] - dmin * mn[e / 32];
+}
+
 static void dequantize_q4_k(const block_q4_k *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++, y += QK) {
     uint8_t codes[QK];
-    uint32_t scw[4];
     q4_k_codes(&b[i], codes);
-    q4_k_scale_words(b[i].scales, scw);
-    const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
-    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
-    for (int e = 0; e < QK; e++) y[e] = d * sc[e / 32] * codes[e] - dmin * mn[e / 32];
+    dequantize_min_block(codes, b[i].scales, b[i].d, b[i].dmin, y);
+  }
+}
+
+static void dequantize_q5_k(const block_q5_k *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++, y += QK) {
+    uint8_t codes[QK];
+    q5_k_codes(&b[i], codes);
+    dequantize_min_block(codes, b[i].scales, b[i].d, b[i].dmin, y);
   }
 }
 
@@ -337,6 +386,7 @@ static void dequantize_q8_0(const block_q8_0 *b, int64_t nb, float *y) {
     for (int r = 0; r < rows; r++) out[r] = dot_##kind##_one(row, (const act *)a + r * stride, nb);       \
   }
 KQ_SCALAR_ROWS(q4_k, block_q8_k)
+KQ_SCALAR_ROWS(q5_k, block_q8_k)
 KQ_SCALAR_ROWS(q6_k, block_q8_k)
 KQ_SCALAR_ROWS(q4_1, block_q8_32)
 KQ_SCALAR_ROWS(q8_0, block_q8_32)
@@ -455,12 +505,14 @@ static const kq_format *format_of(int64_t type) {
   static const kq_format q4_k = {0, QK, sizeof(block_q4_k), sizeof(block_q8_k)},
                          q6_k = {1, QK, sizeof(block_q6_k), sizeof(block_q8_k)},
                          q4_1 = {2, QK32, sizeof(block_q4_1), sizeof(block_q8_32)},
-                         q8_0 = {3, QK32, sizeof(block_q8_0), sizeof(block_q8_32)};
+                         q8_0 = {3, QK32, sizeof(block_q8_0), sizeof(block_q8_32)},
+                         q5_k = {4, QK, sizeof(block_q5_k), sizeof(block_q8_k)};
   switch (type) {
     case KQ_Q4_K: return &q4_k;
     case KQ_Q6_K: return &q6_k;
     case KQ_Q4_1: return &q4_1;
     case KQ_Q8_0: return &q8_0;
+    case KQ_Q5_K: return &q5_k;
     default: return NULL;
   }
 }
@@ -505,33 +557,35 @@ static dot_fn dot_for(int64_t type) {
   switch (current_path()) {
 #ifdef KQ_X86
     case KQ_PATH_AVX2: {
-      static const dot_fn k[] = {dot_q4_k_rows_avx2, dot_q6_k_rows_avx2, dot_q4_1_rows_avx2, dot_q8_0_rows_avx2};
+      static const dot_fn k[] = {dot_q4_k_rows_avx2, dot_q6_k_rows_avx2, dot_q4_1_rows_avx2, dot_q8_0_rows_avx2,
+                                 dot_q5_k_rows_avx2};
       return k[f->index];
     }
     case KQ_PATH_AVXVNNI: {
       static const dot_fn k[] = {dot_q4_k_rows_avxvnni, dot_q6_k_rows_avxvnni, dot_q4_1_rows_avxvnni,
-                                 dot_q8_0_rows_avxvnni};
+                                 dot_q8_0_rows_avxvnni, dot_q5_k_rows_avxvnni};
       return k[f->index];
     }
     case KQ_PATH_AVX512: {
       static const dot_fn k[] = {dot_q4_k_rows_avx512vl, dot_q6_k_rows_avx512vl, dot_q4_1_rows_avx512vl,
-                                 dot_q8_0_rows_avx512vl};
+                                 dot_q8_0_rows_avx512vl, dot_q5_k_rows_avx512vl};
       return k[f->index];
     }
 #endif
 #ifdef KQ_ARM
     case KQ_PATH_NEON: {
-      static const dot_fn k[] = {dot_q4_k_neon, dot_q6_k_neon, dot_q4_1_neon, dot_q8_0_neon};
+      static const dot_fn k[] = {dot_q4_k_neon, dot_q6_k_neon, dot_q4_1_neon, dot_q8_0_neon, dot_q5_k_neon};
       return k[f->index];
     }
     case KQ_PATH_DOTPROD: {
-      static const dot_fn k[] = {dot_q4_k_dotprod, dot_q6_k_dotprod, dot_q4_1_dotprod, dot_q8_0_dotprod};
+      static const dot_fn k[] = {dot_q4_k_dotprod, dot_q6_k_dotprod, dot_q4_1_dotprod, dot_q8_0_dotprod,
+                                 dot_q5_k_dotprod};
       return k[f->index];
     }
 #endif
     default: {
       static const dot_fn k[] = {dot_q4_k_rows_scalar, dot_q6_k_rows_scalar, dot_q4_1_rows_scalar,
-                                 dot_q8_0_rows_scalar};
+                                 dot_q8_0_rows_scalar, dot_q5_k_rows_scalar};
       return k[f->index];
     }
   }
@@ -716,7 +770,7 @@ static void release(job *jb) {
 /* 0, or why a type's blocks of `w_bytes` cannot be n rows of k values (both ops' check) */
 static const char *check_shape(int64_t type, int64_t w_bytes, int64_t n, int64_t k) {
   const kq_format *f = format_of(type);
-  if (!f) return "unsupported ggml_type (Q4_1 = 3, Q8_0 = 8, Q4_K = 12 and Q6_K = 14 are)";
+  if (!f) return "unsupported ggml_type (Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q5_K = 13 and Q6_K = 14 are)";
   if (k <= 0 || k % f->qk) return "K must be a positive multiple of the type's block (256 values; Q4_1, Q8_0: 32)";
   if (n <= 0 || w_bytes != n * (k / f->qk) * f->bytes) return "the blocks are not N rows of K values";
   return 0;
@@ -792,6 +846,7 @@ KQ_EXPORT const char *hexrag_kq_gather(int64_t type, const uint8_t *w, int64_t w
     float *out = y + i * k;
     switch (type) {
       case KQ_Q4_K: dequantize_q4_k((const block_q4_k *)row, nb, out); break;
+      case KQ_Q5_K: dequantize_q5_k((const block_q5_k *)row, nb, out); break;
       case KQ_Q6_K: dequantize_q6_k((const block_q6_k *)row, nb, out); break;
       case KQ_Q4_1: dequantize_q4_1((const block_q4_1 *)row, nb, out); break;
       default: dequantize_q8_0((const block_q8_0 *)row, nb, out); break;
