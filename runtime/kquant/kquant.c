@@ -273,25 +273,31 @@ static float dot_min_block(const uint8_t *codes, const uint8_t *scales12, uint16
   return a->d * (fp16_to_fp32(d) * (float)isum - fp16_to_fp32(dmin) * (float)imin);
 }
 
-static float dot_q4_k_one(const block_q4_k *w, const block_q8_k *a, int64_t nb) {
+/* block i of a Q4_K row, or of a Q5_K row when `five`: its codes in element order, and the block read as
+ * a Q4_K one for d, dmin and the scales, which both keep first */
+static const block_q4_k *min_k_block(const void *row, int64_t i, int five, uint8_t *codes) {
+  if (five) {
+    const block_q5_k *b = (const block_q5_k *)row + i;
+    q5_k_codes(b, codes);
+    return (const block_q4_k *)b;
+  }
+  const block_q4_k *b = (const block_q4_k *)row + i;
+  q4_k_codes(b, codes);
+  return b;
+}
+
+static float dot_min_k_one(const void *w, const block_q8_k *a, int64_t nb, int five) {
   float sum = 0.f;
   for (int64_t i = 0; i < nb; i++) {
     uint8_t codes[QK];
-    q4_k_codes(&w[i], codes);
-    sum += dot_min_block(codes, w[i].scales, w[i].d, w[i].dmin, &a[i]);
+    const block_q4_k *b = min_k_block(w, i, five, codes);
+    sum += dot_min_block(codes, b->scales, b->d, b->dmin, &a[i]);
   }
   return sum;
 }
 
-static float dot_q5_k_one(const block_q5_k *w, const block_q8_k *a, int64_t nb) {
-  float sum = 0.f;
-  for (int64_t i = 0; i < nb; i++) {
-    uint8_t codes[QK];
-    q5_k_codes(&w[i], codes);
-    sum += dot_min_block(codes, w[i].scales, w[i].d, w[i].dmin, &a[i]);
-  }
-  return sum;
-}
+static float dot_q4_k_one(const block_q4_k *w, const block_q8_k *a, int64_t nb) { return dot_min_k_one(w, a, nb, 0); }
+static float dot_q5_k_one(const block_q5_k *w, const block_q8_k *a, int64_t nb) { return dot_min_k_one(w, a, nb, 1); }
 
 static float dot_q6_k_one(const block_q6_k *w, const block_q8_k *a, int64_t nb) {
   float sum = 0.f;
@@ -328,28 +334,16 @@ static float dot_q8_0_one(const block_q8_0 *w, const block_q8_32 *a, int64_t nb)
 }
 
 /* one row of blocks as floats (the token embedding's rows: KQuantGather) */
-static void dequantize_min_block(const uint8_t *codes, const uint8_t *scales12, uint16_t d16, uint16_t dmin16,
-                                 float *y) {
-  uint32_t scw[4];
-  q4_k_scale_words(scales12, scw);
-  const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
-  const float d = fp16_to_fp32(d16), dmin = fp16_to_fp32(dmin16);
-  for (int e = 0; e < QK; e++) y[e] = d * sc[e / 32] * codes[e] - dmin * mn[e / 32];
-}
-
-static void dequantize_q4_k(const block_q4_k *b, int64_t nb, float *y) {
+/* one row of Q4_K blocks, or of Q5_K ones when `five`, as floats */
+static void dequantize_min_k(const void *row, int64_t nb, int five, float *y) {
   for (int64_t i = 0; i < nb; i++, y += QK) {
     uint8_t codes[QK];
-    q4_k_codes(&b[i], codes);
-    dequantize_min_block(codes, b[i].scales, b[i].d, b[i].dmin, y);
-  }
-}
-
-static void dequantize_q5_k(const block_q5_k *b, int64_t nb, float *y) {
-  for (int64_t i = 0; i < nb; i++, y += QK) {
-    uint8_t codes[QK];
-    q5_k_codes(&b[i], codes);
-    dequantize_min_block(codes, b[i].scales, b[i].d, b[i].dmin, y);
+    uint32_t scw[4];
+    const block_q4_k *b = min_k_block(row, i, five, codes);
+    q4_k_scale_words(b->scales, scw);
+    const uint8_t *sc = (const uint8_t *)scw, *mn = sc + 8;
+    const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
+    for (int e = 0; e < QK; e++) y[e] = d * sc[e / 32] * codes[e] - dmin * mn[e / 32];
   }
 }
 
@@ -845,8 +839,8 @@ KQ_EXPORT const char *hexrag_kq_gather(int64_t type, const uint8_t *w, int64_t w
     const uint8_t *row = w + ids[i] * row_bytes;
     float *out = y + i * k;
     switch (type) {
-      case KQ_Q4_K: dequantize_q4_k((const block_q4_k *)row, nb, out); break;
-      case KQ_Q5_K: dequantize_q5_k((const block_q5_k *)row, nb, out); break;
+      case KQ_Q4_K: dequantize_min_k(row, nb, 0, out); break;
+      case KQ_Q5_K: dequantize_min_k(row, nb, 1, out); break;
       case KQ_Q6_K: dequantize_q6_k((const block_q6_k *)row, nb, out); break;
       case KQ_Q4_1: dequantize_q4_1((const block_q4_1 *)row, nb, out); break;
       default: dequantize_q8_0((const block_q8_0 *)row, nb, out); break;
