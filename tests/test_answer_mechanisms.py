@@ -896,6 +896,22 @@ def test_a_translation_that_answers_or_adds_a_number_is_none():
     assert to_english(model, "在手套箱后面。") and model.banned == set()
 
 
+@pytest.mark.parametrize("text, units, facts", [
+    ("可以这样打开：1. 按压左后翼上盖板的后边缘。2. 或者在中控屏上点充电图标。",
+     ["可以这样打开：", "1. ", "按压左后翼上盖板的后边缘。", "2. ", "或者在中控屏上点充电图标。"], []),
+    ("Do this: 1. Open Settings. 2. Tap Wipers.", ["Do this: ", "1. ", "Open Settings. ", "2. ", "Tap Wipers."], []),
+    ("Set the ratio to 1:2. Then wait.", ["Set the ratio to 1:2. ", "Then wait."], ["1", "2"]),
+    ("压力设为：2.5 bar。", ["压力设为：2.5 bar。"], ["2.5 bar"]),
+])
+def test_a_lists_first_number_after_its_announcement_is_a_marker_not_a_value(text, units, facts):
+    from app.answer.facts import extract_facts
+    from app.answer.sentences import split_sentences
+
+    assert split_sentences(text) == units
+    # what the checks read: an announcement with the item its marker leads to (generation._checked)
+    assert [f.key for f in extract_facts("".join(units[:3]))] == facts
+
+
 def test_a_sentence_in_another_language_is_checked_by_its_english_values_by_themselves():
     """CrossLingualVerifier: a value that fails as written fails, whatever its translation says; words alone pass
     as their English would, but not about a thing of the question the KB never names; a refusal in any words
