@@ -224,9 +224,8 @@ _BUTTON = re.compile(r"\b((?:[A-Z][\w-]*\s){0,3}[A-Z][\w-]*)\s+(?:button|switch|
 _CONTROL = re.compile(r"\b(?:[Tt]ap|[Ss]elect|[Pp]ress|[Cc]hoose|[Tt]urn on|[Ss]witch on)\s+(?:the\s+)?"
                       r"((?:[A-Z][\w-]*)(?:\s+[A-Z][\w-]*){0,3})")
 _CITATION = re.compile(r"\[\d+\]")
-# a numbered list's "1." or "2)" at a line's start, or right after the colon announcing the list
-# ("可以这样做：1. 按压……"), orders the steps; it states nothing
-_ENUMERATOR = re.compile(r"(?:^[ \t]*|(?<=：)[ \t]*|(?<=:)[ \t]+)\d{1,2}[.)](?=[ \t]+\S)", re.M)
+# a numbered list's "1." or "2)" at a line's start orders the steps; it states nothing
+_ENUMERATOR = re.compile(r"^[ \t]*\d{1,2}[.)](?=[ \t]+\S)", re.M)
 # a value passed as an argument named for its unit ("timedelta(days=31)", "hours = 12") is that many of it
 _UNIT_ARGUMENT = re.compile(r"\b(?P<unit>[a-z]{3,})\s*=\s*(?P<num>\d+(?:\.\d+)?)\b", re.I)
 # a path told in words: "open Settings, then Safety, then Passenger airbag, select Off"; an item is a

@@ -9,11 +9,8 @@ from __future__ import annotations
 import re
 
 # a sentence ends at . ! ? followed by whitespace (so "7.4" and "800-555-0199." inside a line do
-# not split), after Chinese 。！？ at once, at a line break (lists, headings), and at a colon that a
-# list's first number follows on the same line ("可以这样做：1. 按压……", "Do this: 1. Open ..."): the
-# number is the next item's marker, not a value the announcement states
-_END = re.compile(r"(?<=[.!?])[\"')\]”’]*\s+|(?<=[。！？；])[”’」]*\s*|\n+\s*"
-                  r"|(?<=：)\s*(?=\d{1,2}[.)]\s)|(?<=:)\s+(?=\d{1,2}[.)]\s)")
+# not split), after Chinese 。！？ at once, and at a line break (lists, headings)
+_END = re.compile(r"(?<=[.!?])[\"')\]”’]*\s+|(?<=[。！？；])[”’」]*\s*|\n+\s*")
 _CLAUSE = re.compile(r"[;；]")
 _LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*$")  # "1." alone is a list marker, not a sentence
 
