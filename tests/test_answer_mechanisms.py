@@ -247,6 +247,21 @@ def test_what_is_due_is_the_time_since_against_how_often(question, passage, repl
     assert _reply(question, passage) == reply
 
 
+TYRE_CHECKS = "Check the tyre pressures at least once a month and before long journeys."
+
+
+@pytest.mark.parametrize("question, about, reply", [
+    ("I haven't checked my tyre pressures for two months. Should I check them?", "", "yes"),  # "once a month"
+    ("I checked them 2 weeks ago. Do I need to check them again?", "", "no"),
+    # a question asked of passages in another language is judged on topic by its translation
+    ("胎压我差不多两个月没看过了，是不是早该查一下了？", "I haven't checked my tyre pressure for two months. "
+                                                  "Should I check it now?", "yes"),
+])
+def test_an_interval_said_in_words_is_due_as_one_in_figures(question, about, reply):
+    limit = judge_limit(question, [TYRE_CHECKS], about)
+    assert limit is not None and limit.reply == reply
+
+
 def test_limits_of_two_passages_that_disagree_decide_nothing():
     outlet = "With the adapter in the charge port, the car can supply up to 3.6 kW to your devices."
     fast = "The car accepts up to 150 kW of DC power at a fast charger."

@@ -178,10 +178,15 @@ def _zh_fractions(text: str) -> str:
     return _ZH_HALF.sub(lambda m: f" 0.5 {m.group(1)}", text)
 
 
+# an interval said in words: "once a month" is every 1 month, as "every 12 months" is every 12
+_ONCE_A = re.compile(r"\bonce\s+(?:a|an|per|every)\s+(day|week|month|year)\b", re.I)
+
+
 def normalize(text: str) -> str:
     """One spelling for numbers: NFKC (full-width forms), Chinese numerals and number words as digits."""
     text = unicodedata.normalize("NFKC", text).replace("\u2212", "-").replace("零下", " minus ")
     text = _ZH_KILO_UNITS.sub(lambda m: _ZH_KILO[m.group(0)], text)
+    text = _ONCE_A.sub(lambda m: f"every 1 {m.group(1)}", text)
     return _en_numbers(_zh_fractions(_zh_numbers(text)))
 
 

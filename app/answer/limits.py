@@ -308,7 +308,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     # "净水器滤芯一年没换了，该换了吗？": the time since it was last done, against how often it is due
     due = not decided and _asks_if_due(asking[0]) and not _said_after(_EVERY, q, question)
     if due:
-        decided = _due(q, _of_kind(ranked, q.kind), question)
+        decided = _due(q, _of_kind(ranked, q.kind), words)
     # "may she sit without her booster at 140 cm?": going without what a rule obliges of whom the user's
     # amount names ("children under 150 cm must travel in a booster seat") is not allowed
     forgone = not decided and bool(_MAY.search(asking[0])) and _forgone(q, question, _of_kind(ranked, q.kind),
@@ -435,8 +435,9 @@ def _said_after(words: re.Pattern, q: Quantity, text: str) -> bool:
 
 
 def _due(q: Quantity, stating: Ranked, question: str) -> list[tuple[str, int, str, frozenset]]:
-    """The reply to "is it due after `q`?" from the sentence most about the question that says how often
-    it is due in `q`'s kind ("every 2 years"): yes once `q` reaches it. No only when the sentence gives
+    """The reply to "is it due after `q`?" from the sentence most about the question (in the passages'
+    language: a translated question's translation) that says how often it is due in `q`'s kind ("every 2
+    years"): yes once `q` reaches it. No only when the sentence gives
     no interval of another kind: "every 12 months or 15,000 km, whichever comes first" may be due by
     the time the user did not say."""
     for sentence, values, passage in stating:
