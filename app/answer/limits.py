@@ -434,15 +434,15 @@ def _said_after(words: re.Pattern, q: Quantity, text: str) -> bool:
     return around is not None and bool(words.search(around[0][-_BEFORE:]))
 
 
-def _due(q: Quantity, stating: Ranked, question: str) -> list[tuple[str, int, str, frozenset]]:
-    """The reply to "is it due after `q`?" from the sentence most about the question (in the passages'
-    language: a translated question's translation) that says how often it is due in `q`'s kind ("every 2
-    years"): yes once `q` reaches it. No only when the sentence gives
-    no interval of another kind: "every 12 months or 15,000 km, whichever comes first" may be due by
-    the time the user did not say."""
+def _due(q: Quantity, stating: Ranked, words: str) -> list[tuple[str, int, str, frozenset]]:
+    """The reply to "is it due after `q`?" from the sentence most about the question (`words`: the question
+    in the passages' language, a translated question's translation) that says how often it is due in `q`'s
+    kind ("every 2 years"): yes once `q` reaches it. No only when the sentence gives no interval of
+    another kind: "every 12 months or 15,000 km, whichever comes first" may be due by the time the user
+    did not say."""
     for sentence, values, passage in stating:
         every = [v for v in values if _said_after(_EVERY, v, sentence)]
-        if not every or not on_topic(question, sentence):
+        if not every or not on_topic(words, sentence):
             continue
         if len(_distinct(every)) != 1:
             return []
