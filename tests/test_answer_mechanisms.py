@@ -908,6 +908,17 @@ def test_a_translation_that_answers_or_adds_a_number_is_none():
     assert to_english(model, "在手套箱后面。") and model.banned == set()
 
 
+def test_a_translation_states_the_values_of_its_text_as_written():
+    from app.answer.translation import same_values
+
+    assert same_values("Press the ACC button within 10 seconds.", "在 10 秒内按下 ACC 按钮。")
+    assert same_values("进入 Settings > Charging。", "Go to Settings > Charging.")
+    assert not same_values("Go to Settings > Charging.", "进入设置 > 充电。")  # the labels the screen shows, lost
+    assert not same_values("It takes 36 hours.", "大约需要 36 分钟。")
+    assert not same_values("Call 800-555-0199.", "请拨打 800-555-0190。")
+    assert not same_values("It is behind the glove box.", "在手套箱后面，拧 2 圈。")  # a number the text never gave
+
+
 def test_a_sentence_in_another_language_is_checked_by_its_english_values_by_themselves():
     """CrossLingualVerifier: a value that fails as written fails, whatever its translation says; words alone pass
     as their English would, but not about a thing of the question the KB never names; a refusal in any words

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
-from app.answer.facts import Fact, extract_facts
-from app.answer.translation import writes_chinese
+from app.answer.facts import Fact
+from app.answer.translation import same_values, writes_chinese
 from app.answer.verify import Check, Verifier
 
 # what the value check cannot decide for a sentence in another language: a sentence of words alone, its
@@ -39,7 +39,7 @@ class CrossLingualVerifier:
         """The sentence in English, or "" when the translation cannot stand for it: Chinese left in it,
         or values other than the sentence's (the model answered it instead of translating it)."""
         english = self._translate(sentence.strip())
-        if not english or writes_chinese(english) or _keys(english) != _keys(sentence):
+        if not english or writes_chinese(english) or not same_values(english, sentence):
             return ""
         return english
 
@@ -71,7 +71,3 @@ class CrossLingualVerifier:
 
     def source_of(self, check: Check) -> str | None:
         return self.native.source_of(check)
-
-
-def _keys(text: str) -> set[str]:
-    return {f.key for f in extract_facts(text)}

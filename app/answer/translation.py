@@ -93,3 +93,22 @@ def _translated(llm: LLM, text: str, whole: bool, kept: PassageKV | None) -> str
 def _numbers(text: str) -> set[str]:
     """The amounts a text states, without their units: "一百二" is the translation's "120 km/h"."""
     return {f.key.split()[0] for f in extract_facts(text) if f.kind == "number"}
+
+def same_values(one: str, other: str) -> bool:
+    """Whether a text and its translation state the same values: the same amounts and phone numbers
+    (extract_facts' keys are written alike in either language), and every name, code or menu item of
+    either written in the other. A name is found by the words around it ("the ACC button"), which a
+    translation changes ("ACC 按钮"), so it is looked for as written."""
+    facts = extract_facts(one), extract_facts(other)
+    if len({frozenset(f.key for f in found if f.kind in _AMOUNTS) for found in facts}) > 1:
+        return False
+    return all(_writes(text, f.key) for text, found in zip((other, one), facts)
+               for f in found if f.kind not in _AMOUNTS)
+
+
+_AMOUNTS = ("number", "phone")
+
+
+def _writes(text: str, key: str) -> bool:
+    low = text.lower()
+    return key in low or key in low.replace("-", "")
