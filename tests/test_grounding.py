@@ -76,6 +76,11 @@ def test_the_question_is_a_source_and_refusals_are_recognised():
     massage = Verifier([TPMS], question="how do I switch on the massage function?")
     assert not massage.check("Open Settings, then Vehicle, and select Massage.").ok  # not a number: no echo
     assert Verifier([FAST_ZH]).check("资料里没有提到这个问题。").refusal
+    # the user's own "不知道" said back is theirs, not the model's refusal; said by the model, it is one
+    lost = Verifier([FAST_ZH], question="找了半天不知道滤网在哪儿，怎么拆下来？")
+    assert not lost.check("找了半天不知道滤网在哪儿的话，先打开底部的盖板。").refusal
+    assert lost.check("抱歉，我不知道滤网在哪儿。").refusal
+    assert Verifier([TOWING], question="I don't know how to hitch a trailer. Help?").check("I don't know.").refusal
 
 
 def test_words_of_the_question_the_kb_never_uses_are_off_topic():

@@ -132,6 +132,7 @@ class Verifier:
         self.missing = set(unknown)
         self.unnamed = set(unnamed) | self.missing
         self.users_numbers = {f.key for f in extract_facts(question)}  # may be repeated about anything
+        self.question = question
         self.ruled_out = ruled_out(question)
         # "极速是多少？" asks one amount: a phone number, however well supported, does not answer it
         self.amount_only = asks_amount(question) and len(parts(question)) == 1
@@ -211,7 +212,7 @@ class Verifier:
         about = own - set().union(*(p.key for p in stated))
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated
                         if not self.across and not self._placed(p, about)]
-        refusal = bool(_REFUSAL.search(sentence))
+        refusal = self._refuses(sentence)
         reply = _REPLY.match(sentence)
         rest = sentence[reply.end():] if reply else sentence
         # in another language than the passages a sentence is checked by what it states of theirs alone:
@@ -246,6 +247,11 @@ class Verifier:
               and not self._adds(rest) and not any(self.names.supports(f) for f in facts)):
             unsupported.append(Fact("reply", "yes", sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
+
+    def _refuses(self, sentence: str) -> bool:
+        """Whether the sentence says the model does not know: a refusal's words, unless they are the user's
+        own said back with the words around them: "不知道滤网在哪儿的话，……" restates a question's "我不知道滤网在哪儿"."""
+        return any(not _restated(m, sentence, self.question) for m in _REFUSAL.finditer(sentence))
 
     def grounded(self, sentence: str) -> bool:
         """Whether a sentence is made of the passages' words and speaks of the question: it shares a term
@@ -542,6 +548,12 @@ def _denied(text: str) -> set[str] | None:
 def refers_back(sentence: str) -> bool:
     """A sentence that opens by pointing at the one before ("This method ...", "It ...", "这样 ...")."""
     return bool(_PRONOUN.match(sentence))
+
+
+def _restated(match: re.Match, sentence: str, question: str, around: int = 3) -> bool:
+    """Whether a match in the sentence is in the question too, with `around` characters of the sentence on
+    either side of it: words the user said, not the sentence's own."""
+    return sentence[max(0, match.start() - around):match.end() + around].lower() in question.lower()
 
 
 def is_bare_reply(sentence: str) -> bool:
