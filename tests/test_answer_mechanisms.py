@@ -471,6 +471,22 @@ def test_an_amount_is_answered_by_an_amount(question):
     assert grounding.decision == "answered", grounding.reason  # a key is what this one asks for
 
 
+FILTER = "Replace the filter cartridge every 6 months or after 2,000 litres, whichever comes first."
+
+
+def test_an_amount_asked_in_a_unit_is_answered_in_that_kind_of_unit():
+    """"How many litres?" is not answered by the months the same sentence gives: held back, then refused (no
+    quote here); asked in millilitres, litres answer it, and an amount asked without a unit takes any."""
+    text, grounding = _generate(_Says("Replace it every 6 months."), "How many litres does a cartridge last?", FILTER)
+    assert grounding.decision == "refused" and "no number" in grounding.reason, (text, grounding.reason)
+    said = "It lasts 2,000 litres, or 6 months."
+    assert _generate(_Says(said), "How many millilitres does a cartridge last?", FILTER)[0] == said
+    assert _generate(_Says("Every 6 months."), "How many months does a cartridge last?", FILTER)[0] == "Every 6 months."
+    both = "It lasts 2,000 litres. Replace it every 6 months."  # the unit asked for said, then the other part
+    assert _generate(_Says(both), "How many litres does it last, and how often do I replace it?", FILTER)[0] == both
+    assert _generate(_Says("Every 6 months."), "How long does a cartridge last?", FILTER)[0] == "Every 6 months."
+
+
 SERVER = ("The development server is not intended for production. It is not designed to be particularly efficient, "
           "stable, or secure.")
 

@@ -25,6 +25,9 @@ _UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
              "千米每小时"),
     "mph": ("mph", "miles per hour"),
     "kwh": ("kwh", "kilowatt hours", "kilowatt-hours", "kilowatt hour", "千瓦时", "度电"),
+    "wh": ("wh", "watt hours", "watt-hours", "watt hour", "瓦时"),
+    "mah": ("mah", "milliamp hours", "milliamp-hours", "毫安时"),
+    "ah": ("ah", "amp hours", "amp-hours", "ampere hours", "ampere-hours", "安时", "安培时"),
     "kw": ("kw", "kilowatts", "kilowatt", "千瓦"),
     "kpa": ("kpa", "kilopascals", "kilopascal", "千帕"),
     "psi": ("psi", "p s i"),
@@ -35,6 +38,7 @@ _UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
     "m": ("m", "metres", "meters", "metre", "meter", "米"),
     "kg": ("kg", "kilograms", "kilogram", "kilos", "公斤", "千克"),
     "l": ("l", "litres", "liters", "litre", "liter", "升"),
+    "ml": ("ml", "millilitres", "milliliters", "millilitre", "milliliter", "毫升"),
     "h": ("h", "hours", "hour", "hrs", "hr", "小时", "个小时"),
     "min": ("min", "mins", "minutes", "minute", "分钟"),
     "s": ("s", "sec", "secs", "seconds", "second", "秒", "秒钟"),
@@ -328,6 +332,28 @@ _NAMED_UNIT = re.compile(r"(?<![a-z])(?:" + "|".join(re.escape(s) for s in sorte
 def named_units(text: str) -> set[str]:
     """The units a text names without a number: what a question wants its answer in."""
     return {_UNIT_OF[m.group(0).lower()] for m in _NAMED_UNIT.finditer(normalize(text))}
+
+
+# a unit right after the words that ask for an amount ("how many litres", "多少公里", "几年", "in kWh"): there
+# even a short spelling is the unit ("几天" asks for days, though 天 is a day in other words too)
+_ASKED_UNIT = re.compile(r"(?:\bhow\s+(?:many|much)\s+|多少个?|几个?)(?P<unit>" + _UNIT_ALT + r")(?![a-z])|"
+                         r"\bin\s+(?P<named>" + _NAMED_UNIT.pattern + ")", re.I)
+# what a unit measures: an amount asked in one is answered in any unit of the same kind (psi for kPa)
+_DIMENSIONS = (("km/h", "mph"), ("kwh", "wh"), ("kw", "w"), ("kpa", "psi", "bar"), ("km", "m", "cm", "mm", "inch"),
+               ("kg", "g"), ("l", "ml"), ("ah", "mah"), ("h", "min", "s", "day", "week", "month", "year"))
+_DIMENSION = {unit: kind[0] for kind in _DIMENSIONS for unit in kind}
+
+
+def asked_units(question: str) -> set[str]:
+    """The units a question asks its amount in, by what it measures (each as its kind's first unit): named
+    right after its asking words, not a unit it names otherwise ("next month", 升级 "upgrade")."""
+    return {dimension(_UNIT_OF[(m.group("unit") or m.group("named")).lower()])
+            for m in _ASKED_UNIT.finditer(normalize(question))}
+
+
+def dimension(unit: str | None) -> str | None:
+    """What a unit measures, named by the first unit of its kind ("psi" -> "kpa"); a unit of no kind is its own."""
+    return _DIMENSION.get(unit, unit)
 
 
 QUANTITY_KINDS = ("number", "phone", "code")  # facts that answer "how much / which number"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from app.answer.across import CrossLingualVerifier
-from app.answer.facts import QUANTITY_KINDS, extract_facts, states_quantity
+from app.answer.facts import QUANTITY_KINDS, asked_units, dimension, extract_facts, states_quantity
 from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
 from app.answer.question import answers_kind, asks_number, asks_quantity, on_topic, topic, unit_of, wanted_units
@@ -283,7 +283,9 @@ class GroundedGeneration:
                 continue
             draft.held.append(check)
             # (asked second: whether the question needs a number looks at the quote, computed on first need)
-            if not states_quantity([f for h in draft.held for f in h.facts]) and need_number():
+            held = [f for h in draft.held for f in h.facts]
+            said = [f for h in draft.released for f in h.facts] + held
+            if not (states_quantity(held) and self._in_asked_unit(said)) and need_number():
                 continue  # a quantity question: hold back until the answer states one
             for h in draft.held:
                 yield from self._emit(h.text)
@@ -296,6 +298,12 @@ class GroundedGeneration:
         elif draft.dropped and not draft.released:
             draft.verdict = "unsupported"
         return draft
+
+    def _in_asked_unit(self, facts: list) -> bool:
+        """Whether an answer's facts state an amount of what the question asks it in, when it names a unit
+        there ("多少公里" is answered by a distance, not by an interval in years: facts.asked_units)."""
+        asked = asked_units(self.plan.question)
+        return not asked or any(f.kind == "number" and dimension(unit_of(f)) in asked for f in facts)
 
     def _in_passage_words(self, verifier: _Checks, check: Check, draft: _Draft) -> Check:
         """A failed sentence's check, or that of the passage sentence it was drawn from said in its
