@@ -94,6 +94,7 @@ def _numbers(text: str) -> set[str]:
     """The amounts a text states, without their units: "一百二" is the translation's "120 km/h"."""
     return {f.key.split()[0] for f in extract_facts(text) if f.kind == "number"}
 
+
 def same_values(one: str, other: str) -> bool:
     """Whether a text and its translation state the same values: the same amounts and phone numbers
     (extract_facts' keys are written alike in either language), and every name, code or menu item of

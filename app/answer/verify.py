@@ -250,7 +250,7 @@ class Verifier:
 
     def _refuses(self, sentence: str) -> bool:
         """Whether the sentence says the model does not know: a refusal's words, unless they are the user's
-        own said back with the words around them: "不知道滤网在哪儿的话，……" restates a question's "我不知道滤网在哪儿"."""
+        own said back with the words around them ("不知道滤网在哪儿的话，……" restates "我不知道滤网在哪儿")."""
         return any(not _restated(m, sentence, self.question) for m in _REFUSAL.finditer(sentence))
 
     def grounded(self, sentence: str) -> bool:
