@@ -482,6 +482,8 @@ def test_an_amount_asked_in_a_unit_is_answered_in_that_kind_of_unit():
     said = "It lasts 2,000 litres, or 6 months."
     assert _generate(_Says(said), "How many millilitres does a cartridge last?", FILTER)[0] == said
     assert _generate(_Says("Every 6 months."), "How many months does a cartridge last?", FILTER)[0] == "Every 6 months."
+    # a count or a degree may be said otherwise: "every 12 months" for how many times a year, 度 for kWh
+    assert _generate(_Says("Every 6 months."), "How many times a year do I replace it?", FILTER)[0] == "Every 6 months."
     both = "It lasts 2,000 litres. Replace it every 6 months."  # the unit asked for said, then the other part
     assert _generate(_Says(both), "How many litres does it last, and how often do I replace it?", FILTER)[0] == both
     assert _generate(_Says("Every 6 months."), "How long does a cartridge last?", FILTER)[0] == "Every 6 months."

@@ -346,9 +346,11 @@ _DIMENSION = {unit: kind[0] for kind in _DIMENSIONS for unit in kind}
 
 def asked_units(question: str) -> set[str]:
     """The units a question asks its amount in, by what it measures (each as its kind's first unit): named
-    right after its asking words, not a unit it names otherwise ("next month", 升级 "upgrade")."""
-    return {dimension(_UNIT_OF[(m.group("unit") or m.group("named")).lower()])
-            for m in _ASKED_UNIT.finditer(normalize(question))}
+    right after its asking words, not a unit it names otherwise ("next month", 升级 "upgrade"). Not a count
+    or a degree: "how many times a year" is answered by "every 12 months", and "多少度" asks as often for
+    kilowatt hours as for a temperature."""
+    units = {_UNIT_OF[(m.group("unit") or m.group("named")).lower()] for m in _ASKED_UNIT.finditer(normalize(question))}
+    return {dimension(u) for u in units - {"times", "°c"}}
 
 
 def dimension(unit: str | None) -> str | None:
