@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import get_args
 
 import click
 
@@ -20,6 +21,7 @@ from app.cli_chat import CHAT_COMMANDS, stream_answer
 from app.cli_common import dir_options, friendly as _friendly, given_settings, invalid
 from app.cli_device import DEVICE_COMMANDS
 from app.cli_knowledge import KNOWLEDGE_COMMANDS
+from app.settings import PassageKVPrecision
 
 @contextlib.contextmanager
 def _native_stdout_to_stderr():
@@ -192,9 +194,9 @@ def embed(model_dir, texts, as_json, backend, threads) -> None:
                    "wherever the LLM's cache takes them.  [env HEXRAG_PASSAGE_KV]")
 @click.option("--passage-kv-max-mb", type=click.IntRange(min=1),
               help="Disk budget of the kept rows (default 2048).  [env HEXRAG_PASSAGE_KV_MAX_MB]")
-@click.option("--passage-kv-precision", type=click.Choice(["float32", "float16", "int8"]),
-              help="How kept passage rows are stored: float16 (default, half of float32's size), int8 (a quarter, "
-                   "answers less stable) or float32 (exact).  [env HEXRAG_PASSAGE_KV_PRECISION]")
+@click.option("--passage-kv-precision", type=click.Choice(get_args(PassageKVPrecision)),
+              help="How kept passage rows are stored: k6v8 (default: keys at 6 bits, values at 8, ~1.35 MB a "
+                   "passage of the 1.5B), int8, float16 or float32 (exact; ~6 MB).  [env HEXRAG_PASSAGE_KV_PRECISION]")
 @_friendly
 def serve(**options) -> None:
     """Start the OpenAI-compatible chat server (models load in the background; /health says when ready)."""

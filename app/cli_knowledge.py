@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import get_args
 
 import click
 
 from app.cli_common import dir_options, friendly as _friendly, given
+from app.settings import PassageKVPrecision
 from knowledge.errors import KnowledgeError
 from knowledge.ingest import MAX_FILE_BYTES
 
@@ -192,7 +194,7 @@ def kb_rebuild(kb_dir, embedder_dir, second_dir, backend, reembed, index) -> Non
 @click.option("--max-mb", type=click.IntRange(min=1),
               help="Disk budget (default 2048): beyond it the least recently used rows go (the server keeps to "
                    "its own, --passage-kv-max-mb).")
-@click.option("--precision", type=click.Choice(["float32", "float16", "int8"]), default="float16", show_default=True,
+@click.option("--precision", type=click.Choice(get_args(PassageKVPrecision)), default="k6v8", show_default=True,
               help="How rows are stored; the server uses the rows of its own --passage-kv-precision.")
 @_friendly
 def kb_passage_kv(kb_dir, llm_dir, voice, max_mb, precision) -> None:

@@ -14,6 +14,8 @@ from knowledge.ingest import MAX_FILE_BYTES
 from models import home
 from runtime.options import MAX_SPIN_US, SPIN_US, RuntimeOptions
 
+PassageKVPrecision = Literal["float32", "float16", "int8", "k6v8"]  # app/answer/passage_kv.py PRECISIONS
+
 
 def is_loopback(name: str) -> bool:
     """`localhost` or a loopback address (127.0.0.0/8, ::1)."""
@@ -86,11 +88,11 @@ class Settings(RuntimeSettings, IngestSettings):
     # LLM's cache can take placed rows (not a quantized KV cache), with RAG on
     passage_kv: bool | None = None
     passage_kv_max_mb: int | None = Field(default=None, ge=1)  # None: passage_kv.DISK_BYTES; least recently used go
-    # how kept passage rows are stored on disk (passage_kv.PRECISIONS): float16 is half of float32's
-    # size, one near-tie answer of 134 lost and no new false claim on the answer evals; int8 a quarter,
-    # graded as float16 on the development splits but with two false claims more on the held-out ones
-    # (docs/benchmarks.md, "Kept rows stored compactly")
-    passage_kv_precision: Literal["float32", "float16", "int8"] = "float16"
+    # how kept passage rows are stored on disk (passage_kv.PRECISIONS): k6v8 (keys at 6 bits, values at
+    # 8) is under a quarter of float32's size, and the model's next tokens after its rows move no more
+    # than after float16 rows (half of float32) or rows with a millionth's noise (docs/benchmarks.md,
+    # "Keys at 6 bits, values at 8")
+    passage_kv_precision: PassageKVPrecision = "k6v8"
     # prompt lookup (runtime/lookup.py) for greedy answers: voice answers only (the measured default:
     # as accurate, the first sentence sooner), every answer, or none (docs/benchmarks.md)
     prompt_lookup: Literal["voice", "all", "off"] = "voice"

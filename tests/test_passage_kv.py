@@ -151,10 +151,11 @@ def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
     assert damaged.computed == 1 and PassageKV(llm, tmp_path / "kv").rows(PREFIX, PASSAGE).tokens == PASSAGE
 
 
-@pytest.mark.parametrize("precision", ["float16", "int8"])
+@pytest.mark.parametrize("precision", ["float16", "int8", "k6v8"])
 def test_kept_rows_may_be_stored_compactly(tiny_builds, tmp_path, precision):
-    """float16, or 8-bit codes with a float16 scale and offset per KV head and channel: the rows placed
-    are the rows every later load gives, each value within half a step of the exact one."""
+    """float16, or codes with a float16 scale and offset per KV head and channel (int8: 8 bits; k6v8:
+    keys at 6 bits, four in three bytes, values at 8): the rows placed are the rows every later load
+    gives, each value within half a step of the exact one."""
     from app.answer.passage_kv import PassageKV
 
     llm = LLM(tiny_builds["llama"])
@@ -163,20 +164,26 @@ def test_kept_rows_may_be_stored_compactly(tiny_builds, tmp_path, precision):
     loaded = PassageKV(llm, tmp_path / "kv", precision=precision).rows(PREFIX, PASSAGE)
     files = list((tmp_path / "kv").rglob("*.npz"))
     assert len(files) == 2  # each precision its own file: asking for float32 never reads int8
-    for got, again, want in zip(placed.keys + placed.values, loaded.keys + loaded.values, exact.keys + exact.values):
+    n_keys = len(exact.keys)
+    for i, (got, again, want) in enumerate(zip(placed.keys + placed.values, loaded.keys + loaded.values,
+                                               exact.keys + exact.values)):
         np.testing.assert_array_equal(got, again)
         assert got.dtype == np.float32 and got.shape == want.shape
         span = want.max(axis=-2, keepdims=True) - want.min(axis=-2, keepdims=True)
-        step = span / 255 if precision == "int8" else np.abs(want) / 2 ** 10
+        codes = 63 if precision == "k6v8" and i < n_keys else 255
+        step = np.abs(want) / 2 ** 10 if precision == "float16" else span / codes
         # float16's own rounding of the scale and offset: a thousandth of the channel's values at most
         assert np.all(np.abs(got - want) <= step / 2 + 1e-3 * np.abs(want).max(axis=-2, keepdims=True) + 1e-7)
     compact = [f for f in files if np.load(f)["k0"].dtype != np.float32]
     with np.load(compact[0]) as f:
         stored = sum(f[name].nbytes for name in f.files if name != "layers")
-        assert f["k0"].dtype == (np.uint8 if precision == "int8" else np.float16)
-    arrays = exact.keys + exact.values  # a byte a value and 4 a channel
-    assert stored == (exact.nbytes // 2 if precision == "float16" else
-                      sum(a.size + 4 * a.shape[0] * a.shape[-1] for a in arrays))
+        assert f["k0"].dtype == (np.float16 if precision == "float16" else np.uint8)
+    # a byte a code (3 bytes for four 6-bit ones, and the rows' shape) and 4 bytes a channel
+    channels = sum(4 * a.shape[0] * a.shape[-1] for a in exact.keys + exact.values)
+    assert stored == {"float16": exact.nbytes // 2,
+                      "int8": sum(a.size for a in exact.keys + exact.values) + channels,
+                      "k6v8": sum(-(-a.size // 4) * 3 + 12 for a in exact.keys)
+                      + sum(a.size for a in exact.values) + channels}[precision]
     # the instructions' rows (from position 0) are shared by every answer: kept exact
     PassageKV(llm, tmp_path / "head", precision=precision).rows([], PREFIX)
     with np.load(next((tmp_path / "head").rglob("*.npz"))) as f:

@@ -11,9 +11,10 @@ own rows. Rows are kept in memory as float32 and, with a directory, on disk as .
 hash of the model, the stored precision, the preceding tokens and the tokens themselves: another
 model, precision or other instructions simply miss. On disk a row (one KV head's values for one
 token) of a passage is stored at `precision` (PRECISIONS): float32 as computed (57 KB a token for
-the 1.5B, ~6 MB a passage), float16, or int8 with a float32 scale per KV head and channel (absmax /
-127 over the passage's tokens; 14 KB a token, ~1.5 MB a passage); loaded rows are float32 again.
-The instructions' rows stay float32.
+the 1.5B, ~6 MB a passage), float16, int8 (codes between each KV head and channel's least and
+greatest value over the passage's tokens; 14 KB a token, ~1.5 MB a passage) or k6v8 (keys at 6
+bits, values at 8: 12.5 KB a token, ~1.35 MB a passage); loaded rows are float32 again. The
+instructions' rows stay float32.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ from runtime.kv_cache import KVRows
 from runtime.llm import LLM
 
 PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
-Precision = Literal["float32", "float16", "int8"]
-PRECISIONS: tuple[Precision, ...] = ("float32", "float16", "int8")
+Precision = Literal["float32", "float16", "int8", "k6v8"]
+PRECISIONS: tuple[Precision, ...] = ("float32", "float16", "int8", "k6v8")
 MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
-# on disk, the rows least recently used go first beyond this: for the 1.5B (~3 MB a passage at
-# float16) the first passages of ~700 questions, a head unit's share of flash
+# on disk, the rows least recently used go first beyond this: for the 1.5B (~1.35 MB a passage at
+# k6v8) the first passages of ~1,500 questions, a head unit's share of flash
 DISK_BYTES = 2 << 30
 # in the rows' directory: text answers have been asked of this KB, so the fill keeps their rows too
 TEXT_MARK = "text-answers"
@@ -210,24 +211,43 @@ class PassageKV:
 
 
 def _pack(a: np.ndarray, precision: Precision, name: str) -> dict[str, np.ndarray]:
-    """One layer's keys or values [KV, n, d] as stored: int8 ones as codes with a float16 scale (`name` +
-    "s") and offset (`name` + "z")."""
-    if precision != "int8":
+    """One layer's keys (`name` "k…") or values [KV, n, d] as stored: at an integer precision as codes
+    with a float16 scale (`name` + "s") and offset (`name` + "z"); 6-bit codes four to three bytes
+    (`name` + "n": the rows' shape)."""
+    if precision not in ("int8", "k6v8"):
         return {name: a.astype(precision, copy=False)}
-    # 256 codes between each KV head and channel's least and greatest value over the passage's tokens: keys
-    # have outlier channels (a scale per token spread over them: 1.24% error against 0.45% per channel),
-    # and an offset per channel (a key bias) a scale around 0 spends half its codes on (the 1.5B's keys
-    # 0.24% -> 0.04%, values 0.75% -> 0.63%, relative L2 over ten passages; the same in float16)
+    bits = 6 if precision == "k6v8" and name.startswith("k") else 8
+    # 2**bits codes between each KV head and channel's least and greatest value over the passage's tokens:
+    # keys have outlier channels (a scale per token spread over them: 1.24% error against 0.45% per
+    # channel), and an offset per channel (a key bias) a scale around 0 spends half its codes on (the
+    # 1.5B's keys 0.24% -> 0.04%, values 0.75% -> 0.63%, relative L2 over ten passages; the same in
+    # float16). Keys take fewer bits than values: at 6 bits their error (0.16%) is still a quarter of
+    # the values' at 8, and the model's next tokens move no more than under float16 rows or a
+    # millionth's noise (docs/benchmarks.md, "Keys at 6 bits, values at 8")
+    top = 2 ** bits - 1
     low = a.min(axis=-2, keepdims=True).astype(np.float16)
-    scale = ((a.max(axis=-2, keepdims=True) - low.astype(np.float32)) / 255).astype(np.float16)
+    scale = ((a.max(axis=-2, keepdims=True) - low.astype(np.float32)) / top).astype(np.float16)
     step = np.where(scale > 0, scale, 1).astype(np.float32)
-    codes = np.clip(np.round((a - low.astype(np.float32)) / step), 0, 255).astype(np.uint8)
-    return {name: codes, name + "s": scale, name + "z": low}
+    codes = np.clip(np.round((a - low.astype(np.float32)) / step), 0, top).astype(np.uint8)
+    if bits == 8:
+        return {name: codes, name + "s": scale, name + "z": low}
+    four = np.zeros(-(-codes.size // 4) * 4, np.uint32)
+    four[:codes.size] = codes.ravel()
+    four = four.reshape(-1, 4)
+    word = four[:, 0] << 18 | four[:, 1] << 12 | four[:, 2] << 6 | four[:, 3]
+    packed = np.stack([word >> 16, word >> 8 & 255, word & 255], axis=1).astype(np.uint8).ravel()
+    return {name: packed, name + "s": scale, name + "z": low, name + "n": np.array(a.shape, np.int32)}
 
 
 def _unpack(arrays, name: str) -> np.ndarray:
     """The float32 rows `_pack` stored under `name` (any precision: the file says which)."""
     a = arrays[name]
+    if name + "n" in arrays:  # 6-bit codes, four in three bytes
+        shape = tuple(int(x) for x in arrays[name + "n"])
+        three = a.reshape(-1, 3).astype(np.uint32)
+        word = three[:, 0] << 16 | three[:, 1] << 8 | three[:, 2]
+        four = np.stack([word >> 18, word >> 12 & 63, word >> 6 & 63, word & 63], axis=1).astype(np.uint8)
+        a = four.ravel()[:int(np.prod(shape))].reshape(shape)
     if a.dtype == np.uint8:
         return a.astype(np.float32) * arrays[name + "s"].astype(np.float32) + arrays[name + "z"].astype(np.float32)
     if a.dtype == np.int8:  # a scale per channel around 0, as stored before 2026-12-05
@@ -240,8 +260,8 @@ def kept_rows(llm: LLM, kb_dir: Path | None, passages: bool | None = None,
     """What an answer places instead of prefilling. Always the instructions' rows, kept in memory
     (about 130 tokens, 7 MB for the 1.5B): a new conversation, or one after an answer in the other
     style, then prefills only its question and passages. With `passages` (None: wherever the cache
-    can take them) every first passage's rows too, kept under the KB (stored at `precision`: ~3 MB a
-    passage of the 1.5B at float16; at most `disk_bytes`, DISK_BYTES by default). None for a quantized KV
+    can take them) every first passage's rows too, kept under the KB (stored at `precision`: ~1.35 MB a
+    passage of the 1.5B at k6v8; at most `disk_bytes`, DISK_BYTES by default). None for a quantized KV
     cache, which kept rows cannot go into; asking for passages there is refused."""
     if not llm.decoder.placeable and not passages:
         return None
