@@ -57,6 +57,25 @@ def _reply(question: str, passage: str) -> str | None:
     ("I have 256 MB of RAM and swap on. Can I install Debian?", SWAP, "no"),
     ("Can I pour 2 litres into the tank?", TANK, "no"),
     ("Can I pour 1 litre into the tank?", TANK, "yes"),
+    # a deadline is an upper bound; "shouldn't be smaller than" a lower one (an amount right after a Chinese
+    # character is an amount all the same)
+    ("I was on the phone for three minutes before selecting Drive. Can I still drive off?",
+     "Press the brake pedal and select Drive within 2 minutes.", "no"),
+    ("我打算 swap 只分256MB，可以吗？", "It also shouldn't be smaller than 512MB, in most cases.", "no"),
+    # spoken Chinese: a speed said as its distance (车速二十公里 is 20 km/h), two neighbouring digits
+    # as "this or the next" (五六米: 5 or 6 metres, each beyond 3; not 56)
+    ("我车速大概二十公里，能打开全景影像吗？", "The 360-degree view can be shown at up to 15 km/h.", "no"),
+    # ... or bare after a word for speed; "limits ... to" is an upper bound
+    ("开着经济模式，车速能跑到140吗？", "Eco mode limits power to 150 kW and limits the top speed to 130 km/h.", "no"),
+    ("开着经济模式，车速能跑到120吗？", "Eco mode limits power to 150 kW and limits the top speed to 130 km/h.", "yes"),
+    ("Can I set the charge limit to 90%?", "For daily use, set the charge limit to 80 percent.", None),  # advice
+    ("揣着钥匙走出去五六米远，车会自己锁上吗？",
+     "The car locks itself when the key fob or the phone key is more than about 3 metres away.", "yes"),
+    # of two amounts, the one said with the asking part's words
+    ("The PC has 8 GB of RAM and I figured a 256 MB swap partition is plenty. Is that in line with the swap advice?",
+     "Swap shouldn't be smaller than 512MB, in most cases.", "no"),
+    ("揣着钥匙走出去三四十米远，车会自己锁上吗？", "The car locks itself when the key is more than 35 metres away.",
+     None),  # 30 or 40 metres: one each side of the bound
 ])
 def test_a_users_amount_is_held_against_the_passages_limit(question, passage, reply):
     assert _reply(question, passage) == reply
@@ -88,6 +107,9 @@ def test_what_a_thing_takes_is_the_least_the_users_amount_must_be(question, pass
 ])
 def test_an_amount_asked_if_it_meets_a_value_is_held_against_the_value_named(question, reply):
     limit = judge_limit(question, [REQUIREMENTS])
+    assert limit.reply == reply and "Hard Drive" in limit.bound
+    # ... before a bound further down on another thing (memory), which would have said yes to both
+    limit = judge_limit(question, [f"{REQUIREMENTS}\n\n{SWAP}"])
     assert limit.reply == reply and "Hard Drive" in limit.bound
 
 
@@ -265,8 +287,19 @@ def test_an_interval_said_in_words_is_due_as_one_in_figures(question, about, rep
 def test_limits_of_two_passages_that_disagree_decide_nothing():
     outlet = "With the adapter in the charge port, the car can supply up to 3.6 kW to your devices."
     fast = "The car accepts up to 150 kW of DC power at a fast charger."
-    assert judge_limit("Can I charge at 200 kW?", [outlet, fast]) is None  # which limit is the question's?
-    assert judge_limit("Can I charge at 200 kW?", [fast]).reply == "no"
+    assert judge_limit("Can I charge at 100 kW?", [outlet, fast]) is None  # which limit is the question's?
+    assert judge_limit("Can I charge at 100 kW?", [fast]).reply == "yes"
+    # ... unless the search found the deciding one first and the embedder finds it the nearest in meaning too
+    def nearer(meant: str):
+        return lambda question, sentences: [1.0 if s == meant else 0.5 for s in sentences]
+
+    assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(fast)).reply == "yes"
+    assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(outlet)) is None
+    assert judge_limit("Can I charge at 100 kW?", [outlet, fast], similarity=nearer(fast)) is None
+    # limits that give one reply leave open only which is the question's: the one the search found first
+    for passages in ([fast, outlet], [outlet, fast]):
+        limit = judge_limit("Can I charge at 200 kW?", passages)
+        assert (limit.reply, limit.bound) == ("no", passages[0])
     # a bound on something the question never names decides nothing, where the deciding one's sentence does
     lane = "车速在 60 到 150 公里每小时之间时，车道保持辅助会轻轻把车拉回车道。"
     assert judge_limit("高速上我开到一百六，自适应巡航还能开着用吗？", [lane, ACC_ZH]).reply == "yes"
@@ -276,7 +309,7 @@ def test_limits_of_two_passages_that_disagree_decide_nothing():
     assert judge_limit("Can I use it at 160 km/h?", [lane, cruise]) is None  # which one "it" is is unknown
     # ... or its entry's title does: the fast charger's sentence never says "charge", its entry does
     fast = "It accepts up to 150 kW of DC power."
-    question = "Can this car charge at 350 kW?"
+    question = "Can this car charge at 100 kW?"
     assert judge_limit(question, [outlet, fast], titles=["Can I power devices?", "How fast can it charge?"]) is None
 
 
@@ -316,6 +349,10 @@ def test_spoken_chinese_numbers_and_tables():
     # tenths as spoken are a percentage; the idiom and words beginning with 成 are no number
     assert [f.key for f in extract_facts("从一成充到八成要多久？")] == ["10 %", "80 %"]
     assert extract_facts("一成不变，他是一成年人") == []
+    # two neighbouring digits are "this or the next"; three or more are spoken digit by digit
+    said = {"走出去五六米": ["5 m", "6 m"], "两三天": ["2 day", "3 day"], "七八十公里": ["70 km", "80 km"],
+            "二〇二四年": ["2024 year"]}
+    assert {text: [f.key for f in extract_facts(text)] for text in said} == said
 
 
 @pytest.mark.parametrize("answer, invented", [

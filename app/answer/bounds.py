@@ -5,7 +5,7 @@ small model answering "up to what speed does it work?" says "it works up to 10 k
 number, its meaning reversed. So each number's bound is read off the words around it:
 
     "above / over / more than / at least / as little as / 超过 X", "X 以上"   -> lower
-    "up to / below / under / at most / maximum / as much as / 不超过 X", "X 以下" -> upper
+    "up to / below / under / at most / maximum / as much as / limits ... to / 不超过 X", "X 以下" -> upper
     a negation before the bound in its clause flips it: "do not drive faster than 50 km/h" -> upper
     "X to Y", "between X and Y", a number on its own                   -> no bound
 """
@@ -24,7 +24,7 @@ AS_LITTLE_AS = r"\bas\s+(?:little|few|low|small)\s+as"
 AS_MUCH_AS = r"\bas\s+(?:much|many|high|large)\s+as"
 _UPPER_BEFORE = re.compile(r"(?:\bup\s+to|\bbelow|\bunder|\b(?:less|lower|slower|shorter|lighter|smaller|fewer|"
                            r"narrower|younger)\s+than|\bat\s+most|" + AS_MUCH_AS + "|"
-                           r"\bmax(?:imum)?(?:\s+(?:is|of))?|\bwithin|"
+                           r"\bmax(?:imum)?(?:\s+(?:is|of))?|\bwithin|\blimit(?:s|ed)\s+(?:[\w-]+\s+){0,3}?to|"
                            r"不超过|低于|最多|最高|小于|少于|不到|不足|未满)\s*" + _ABOUT, re.I)
 _LOWER_BEFORE = re.compile(r"(?:\babove|\bover|\b(?:more|higher|faster|greater|further|farther|longer|heavier|"
                            r"larger|bigger|wider|taller|older)\s+than|\bat\s+least|" + AS_LITTLE_AS + "|"

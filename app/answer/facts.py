@@ -125,6 +125,9 @@ def _zh_value(text: str) -> str:
     return value + ("." + "".join(str(_ZH_DIGITS[c]) for c in frac) if frac else "")
 
 
+# two neighbouring digits say "about this or the next": 五六米 is 5 or 6 metres, 两三天 2 or 3 days, 七八十 70 to 80
+# (not 56 metres: a number spoken digit by digit, "二〇二四", has more than two)
+_ZH_ABOUT = re.compile(r"([一两二三四五六七八])([二三四五六七八九])([十百千万]?)")
 # 一成 ... 九成: tenths, as spoken (三成: 30 percent; "还剩两成": 20 percent left), said as 百分之X十; not the
 # idiom 一成不变 nor a word beginning with 成 (一成年人: one adult; 三成员)
 _ZH_TENTHS = re.compile(r"([一二两三四五六七八九])成(?!不变|年|员|为|功|本|立|绩|果|分|人|交|都|就)")
@@ -142,6 +145,10 @@ def _zh_numbers(text: str) -> str:
         # number only before a unit
         if not percent and number == "一" and not re.match(_UNIT_ALT, after):
             return m.group(0)
+        about = _ZH_ABOUT.fullmatch(number)
+        if about and not percent and _ZH_DIGITS[about.group(2)] == _ZH_DIGITS[about.group(1)] + 1:
+            scale = _ZH_SCALES.get(about.group(3), 1)
+            return f" {_ZH_DIGITS[about.group(1)] * scale}-{_ZH_DIGITS[about.group(2)] * scale} "
         value = _zh_value(number)
         return f"{value}%" if percent else f" {value} "
 

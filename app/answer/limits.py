@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from app.answer.bounds import AS_LITTLE_AS, AS_MUCH_AS, LOWER, UPPER, bounds
 from app.answer.facts import extract_facts, normalize, without_facts
@@ -48,7 +49,9 @@ _KINDS: dict[str, dict[str, float]] = {
 }
 _KIND_OF = {unit: kind for kind, units in _KINDS.items() for unit in units}
 # data sizes and clock rates, which the fact reader leaves as bare numbers: "780MB", "4 gigs", "8G 内存"
-_DATA = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:(bytes?|字节)|(kb|kib|kilobytes?)|(mb|mib|megabytes?|megs?|兆)"
+# a letter or digit before the number makes it part of a word ("R18"); a Chinese character does not ("只有256MB")
+_DATA = re.compile(r"(?<![A-Za-z0-9_.])(\d+(?:\.\d+)?)\s*(?:(bytes?|字节)|(kb|kib|kilobytes?)"
+                   r"|(mb|mib|megabytes?|megs?|兆)"
                    r"|(gb|gib|gigabytes?|gigs?|g)|(tb|tib|terabytes?)|(mhz)|(ghz))(?![a-z])", re.I)
 _DATA_UNITS = ("b", "kb", "mb", "gb", "tb", "mhz", "ghz")
 MAX_VALUES = 4  # passage values compared: the question's sentence-mates first
@@ -71,9 +74,15 @@ class Quantity:
         return self.value * _KINDS[self.kind][self.unit] if self.kind else self.value
 
 
+# a speed said as its distance or bare, as Chinese speakers do: "车速大概二十公里", "时速一百二", "车速能跑到140吗"
+# are km/h
+_SPEED_AS_KM = re.compile(r"((?:车速|时速|速度)[^，。,.;；？?！!]{0,8}?\d+(?:\.\d+)?(?:-\d+)?\s*)(?:公里|千米|km)?"
+                          r"(?!\s*(?:每小时|/小时|/时|/h|[\d.]|[A-Za-z%]|公|千|米|分|秒|小时|个|次))", re.I)
+
+
 def quantities(text: str) -> list[Quantity]:
     """The numbers a text states, with units where it gives them (data sizes and clock rates too)."""
-    text = normalize(text)
+    text = _SPEED_AS_KM.sub(r"\1km/h", normalize(text))
     out, taken = [], []
     for m in _DATA.finditer(text):
         unit = next(u for u, g in zip(_DATA_UNITS, m.groups()[1:]) if g)
@@ -204,7 +213,8 @@ _HAPPENS = re.compile(r"^\W*(?:will|would|does|do|is|are)\b|" + _WILL_ZH + "|" +
 # says the opposite, and is no condition here)
 _CONDITION = re.compile(r"(?:\b(?:when|whenever|if|once|while|only)\b|当|如果|若|只有|只在)[^.,;:!?，。；：！？]*?"
                         r"(?:\b(?:below|under|above|over|beyond|(?:less|more|fewer|lower|higher|longer|shorter)"
-                        r"\s+than)|低于|高于|超过|不到|少于|多于|小于|大于)\s*$", re.I)
+                        r"\s+than)|低于|高于|超过|不到|少于|多于|小于|大于)\s*(?:about|around|approximately|roughly|约|大约)?"
+                        r"\s*$", re.I)
 # a condition on who or what a sentence is about, said at its start: "Children under 150 cm tall must ...",
 # "Trailers over 750 kg need ...", "身高不到 150 厘米的儿童 ..." (not "It is most efficient above minus 10
 # degrees", which says how well, not when)
@@ -260,11 +270,13 @@ def _within(part: str) -> bool:
     return bool(_WITHIN.search(part)) and asks_yes_no(part) and not _BEYOND.search(without_facts(part))
 
 
-# a bound that says what may be done or what is needed ("up to 1,500 kg", "do not exceed", "at least 780MB"),
-# not a condition ("children under 150 cm must ...", "when you drive above 10 km/h"): only a limit decides
-# whether the user's amount is allowed
+# a bound that says what may be done or what is needed ("up to 1,500 kg", "do not exceed", "at least 780MB",
+# "select Drive within 2 minutes", "limits the top speed to 130 km/h"; not the noun: "set the charge limit to
+# 80 percent" is advice), not a condition ("children under 150 cm must ...", "when you drive above 10 km/h"):
+# only a limit decides whether the user's amount is allowed
 _LIMIT_WORDS = re.compile(r"(?:\bup\s+to|" + AS_LITTLE_AS + "|" + AS_MUCH_AS + "|"
-                          r"\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bnot?\s+(?:\w+\s+){0,2}?\w+er\s+than"
+                          r"\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bwithin|\blimit(?:s|ed)\b"
+                          r"|(?:\bnot?|n't)\s+(?:\w+\s+){0,2}?\w+er\s+than"
                           r"|\bat\s+least|\bminimum\b|\bmin\b|不超过|不得超过|最多|最高|最大|以内|之内|至少|最低|最少|不低于|不少于)"
                           r"[^.,;:!?，。；：！？]*$", re.I)
 # what a thing takes, needs or uses ("a minimal installation will take 1012MB", "charging takes 30 minutes",
@@ -274,44 +286,89 @@ _NEEDS = re.compile(r"(?:\b(?:takes?(?:\s+up)?|took|requires?|required|needs?|ne
                     r"\s*(?:about|around|approximately|roughly|at\s+least|约|大约|至少)?\s*$", re.I)
 
 
-def judge_limit(question: str, passages: list[str], about: str = "", titles: list[str] = ()) -> Limit | None:
+Similarity = Callable[[str, list[str]], list[float]]  # a question's cosine with each of some sentences
+
+
+def judge_limit(question: str, passages: list[str], about: str = "", titles: list[str] = (),
+                similarity: Similarity | None = None) -> Limit | None:
     """The reply to "can I tow 1,800 kg?" when the question asks whether its one amount is within
     what the passages allow or need and the sentences most about the question bound it one way: an
     upper bound ("up to 1,500 kg", "do not exceed 50 km/h"), a lower one ("at least 780MB") or a
-    range ("between 50 and 100 percent"). None when any of that is unclear, or two sentences
-    disagree. `about`: the question in the passages' language (its translation, plan.py), whose words
-    rank their sentences; the amount is the question's own. `titles`: each passage's entry title."""
+    range ("between 50 and 100 percent"). An amount the user gives as a range ("五六米", "5-6 m") gets
+    a reply only when both its ends get the same one. None when any of that is unclear, or two
+    sentences disagree. `about`: the question in the passages' language (its translation, plan.py),
+    whose words rank their sentences; the amount is the question's own. `titles`: each passage's entry
+    title. `similarity`: the embedder's cosines, which settle between passages that bound the amount
+    differently (`_judged`)."""
     asked_parts = [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)
                    if _ASKS.search(p)]
     asking = [p for p in asked_parts if _within(p) or _asks_if_due(p)]
     if len(asking) != 1:
         return None
-    words = about or question
-    ranked = _ranked(words, passages)
+    ranked = _ranked(about or question, passages)
     asked = _asked(question, ranked)  # said anywhere: "My trailer is 1,800 kg. Can I tow it?"
-    if len(asked) != 1:
+    if len(asked) > 1 and not _one_range(asked):
+        asked = _asked_about(asked, question, asking[0])
+    if not (len(asked) == 1 or _one_range(asked)):
         return None
-    q = asked[0]
+    limits = [_judged(q, question, asking[0], ranked, about, titles, similarity) for q in asked]
+    if None in limits or len({limit.reply for limit in limits}) != 1:
+        return None
+    return replace(limits[0], alone=len(asked_parts) == 1)
+
+
+def _one_range(asked: list[Quantity]) -> bool:
+    """Whether the user's amounts are the two ends of one range they gave ("5-6 米")."""
+    return len(asked) == 2 and asked[0].text == asked[1].text
+
+
+def _asked_about(asked: list[Quantity], question: str, asking: str) -> list[Quantity]:
+    """Of the several amounts a question states, those its asking part is about: stated in it, else said
+    with one of its terms, between the amounts before and after it in its clause ("The PC has 8 GB of RAM
+    and I figured a 256 MB swap partition is plenty. Is that in line with the guide's swap advice?": the
+    256 MB of swap, not the 8 GB of RAM)."""
+    said = [q for q in asked if normalize(q.text) in normalize(asking)]
+    if said:
+        return said
+    topic, meant = terms(without_facts(asking)), []
+    for clause in _CLAUSE_BREAK.split(normalize(question)):
+        at = sorted(((clause.find(normalize(q.text)), q) for q in asked if normalize(q.text) in clause),
+                    key=lambda x: x[0])
+        for n, (start, q) in enumerate(at):
+            after = at[n - 1][0] + len(normalize(at[n - 1][1].text)) if n else 0
+            before = at[n + 1][0] if n + 1 < len(at) else len(clause)
+            if terms(without_facts(clause[after:before])) & topic:
+                meant.append(q)
+    return meant
+
+
+def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str, titles: list[str],
+            similarity: Similarity | None) -> Limit | None:
+    """judge_limit's reply for one amount of the user's, `asking` the part that asks about it."""
+    words = about or question
     wanted = terms(without_facts(words))
     # a question whether something happens is answered by a condition on the same outcome, too
-    happens = bool(_HAPPENS.search(main_clause(asking[0]))) and not _MAY.search(asking[0])
+    happens = bool(_HAPPENS.search(main_clause(asking))) and not _MAY.search(asking)
     decided = [(sentence, passage, *_verdict(q, sentence, values, wanted,
-                                             happens and _same_outcome(asking[0], sentence)))
+                                             happens and _same_outcome(asking, sentence)))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
     decided = [d for d in decided if d[2]]
-    if not decided and _asks_if_enough(question, q):
-        decided = _framed(q, _of_kind(ranked, q.kind), wanted)
+    # "is that enough?": the value the sentence most about the question names, stated plainly ("Hard Drive:
+    # 10 gigabytes" in the desktop row), comes before a bound further down ("as little as 350MB" of memory)
+    framed = _framed(q, _of_kind(ranked, q.kind), wanted) if _asks_if_enough(question, q) else []
+    if framed and framed[0][0] not in [d[0] for d in decided]:
+        decided = framed + decided
     # a value's question is answered by the value, whatever negation it is asked with
-    value_asked = not decided and _asks_if_it_is(asking[0], q)
+    value_asked = not decided and _asks_if_it_is(asking, q)
     if value_asked:
         decided = _stated(q, question, ranked, wanted)
     # "净水器滤芯一年没换了，该换了吗？": the time since it was last done, against how often it is due
-    due = not decided and _asks_if_due(asking[0]) and not _said_after(_EVERY, q, question)
+    due = not decided and _asks_if_due(asking) and not _said_after(_EVERY, q, question)
     if due:
         decided = _due(q, _of_kind(ranked, q.kind), words)
     # "may she sit without her booster at 140 cm?": going without what a rule obliges of whom the user's
     # amount names ("children under 150 cm must travel in a booster seat") is not allowed
-    forgone = not decided and bool(_MAY.search(asking[0])) and _forgone(q, question, _of_kind(ranked, q.kind),
+    forgone = not decided and bool(_MAY.search(asking)) and _forgone(q, question, _of_kind(ranked, q.kind),
                                                                          wanted)
     if forgone:
         decided = forgone
@@ -335,10 +392,29 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     def named(said: str, i: int) -> bool:
         return bool((terms(said) | terms(titles[i] if i < len(titles) else "")) & wanted)
 
-    if any(other != passage and values != bound and (named(said, other) or not named(sentence, passage))
-           for said, other, _, values in decided[1:]):
-        return None
-    return Limit(reply, q, sentence.strip(), alone=len(asked_parts) == 1)
+    rivals = [(said, other, said_reply) for said, other, said_reply, values in decided[1:]
+              if other != passage and values != bound and (named(said, other) or not named(sentence, passage))]
+    if rivals:
+        sentence = _settled(sentence, passage, reply, rivals, words, similarity)
+    return Limit(reply, q, sentence.strip(), alone=True) if sentence else None
+
+
+def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, int, str]], words: str,
+             similarity: Similarity | None) -> str:
+    """The bound's sentence where other passages bound the question's amount at other values (`rivals`:
+    sentence, passage, reply); "" when that leaves the reply open. Rivals that give the same reply leave
+    open only which limit is the question's: the one of the passage the search found first, having read
+    each passage whole ("can this car charge at 350 kW?": no, by the DC charging entry's limit, not by the
+    power outlet's further down). Rivals that give the other reply leave the reply open unless three
+    readings agree: the deciding sentence shares the most terms with the question, its passage was found
+    before every rival's and the embedder, reading the sentences alone, finds it the nearest in meaning."""
+    first = all(other > passage for _, other, _ in rivals)
+    if all(r == reply for _, _, r in rivals):
+        return sentence if first else min(rivals, key=lambda r: r[1])[0]
+    if not first or similarity is None:
+        return ""
+    cosines = similarity(words, [sentence, *(s for s, _, _ in rivals)])
+    return sentence if all(cosines[0] > c for c in cosines[1:]) else ""
 
 
 # asking whether the user's amount is what is needed or advised: "I have 4 GB. Is that at least what the
@@ -383,6 +459,8 @@ def _asks_if_due(part: str) -> bool:
 
 
 _BEFORE = 40  # characters before a value that say what it is: "up to", "at least", "every"
+# a condition's clause, from its "when" ("when the key fob or phone key is more than about 3 metres away")
+_CONDITION_BEFORE = 100
 
 
 # what a rule obliges: "must", "have to", "必须"
@@ -428,10 +506,11 @@ def _of_the_subject(q: Quantity, sentence: str) -> bool:
                                                       and re.match(r"[^，。；、\s]{0,3}的", after)))
 
 
-def _said_after(words: re.Pattern, q: Quantity, text: str) -> bool:
-    """Whether the amount `q` is said right after `words` in `text` ("every 3 years", "up to 1,500 kg")."""
+def _said_after(words: re.Pattern, q: Quantity, text: str, before: int = _BEFORE) -> bool:
+    """Whether the amount `q` is said right after `words` in `text` ("every 3 years", "up to 1,500 kg"), in
+    the `before` characters before it."""
     around = _around(q, text)
-    return around is not None and bool(words.search(around[0][-_BEFORE:]))
+    return around is not None and bool(words.search(around[0][-before:]))
 
 
 def _due(q: Quantity, stating: Ranked, words: str) -> list[tuple[str, int, str, frozenset]]:
@@ -551,7 +630,8 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
     said, used = set(), set()
     for v in named or values:
         needed = _said_after(_NEEDS, v, sentence)
-        conditional = conditions and (_said_after(_CONDITION, v, sentence) or _of_the_subject(v, sentence))
+        conditional = conditions and (_said_after(_CONDITION, v, sentence, _CONDITION_BEFORE)
+                                      or _of_the_subject(v, sentence))
         if not (needed or conditional or _said_after(_LIMIT_WORDS, v, sentence)):
             continue
         if conditional and q.base() == v.base():  # "below 10" says nothing of 10 itself
