@@ -355,6 +355,36 @@ def test_spoken_chinese_numbers_and_tables():
     assert {text: [f.key for f in extract_facts(text)] for text in said} == said
 
 
+@pytest.mark.parametrize("question, said", [
+    ("At 20 km/h, can I press the camera button to see the 360 view?", False),
+    ("At 10 km/h, can I press the camera button to see the 360 view?", True),
+    ("我车速大概二十公里，按摄像头按钮能调出全景画面吗？", False),  # 车速二十公里: 20 km/h
+])
+def test_a_yes_whose_own_bound_leaves_out_the_users_amount_is_not_said(question, said):
+    camera = "Press the camera button on the centre console at speeds below 15 km/h to show the 360 view."
+    answer = "是的，车速低于 15 公里/小时时可以按摄像头按钮。" if "车速" in question else \
+        "Yes, you can press the camera button at speeds below 15 km/h."
+    assert Verifier([camera], question).check(answer).ok == said
+
+
+@pytest.mark.parametrize("passages, question, answer, forbidden", [
+    (["The image must be written to the whole-disk device. Do not use tools like unetbootin which alter the image.",
+      "On Linux, write the image with cp debian.iso /dev/sdX."],
+     "Which program do I use to write the ISO to a USB stick?", "Use unetbootin to write the image.", True),
+    (["Do not use a pressure washer on the charge port.", "The charge port is on the left rear."],
+     "How do I clean the charge port?", "You can use a pressure washer to clean the charge port.", True),
+    (["切勿用高压水枪冲洗充电口。", "充电口在车身左后方。"], "充电口怎么清洁？", "可以用高压水枪冲洗充电口。", True),
+    # saying it is not to be done, or doing something else with what is named elsewhere too
+    (["Do not use tools like unetbootin which alter the image."], "Can I use unetbootin?",
+     "No, do not use unetbootin: it alters the image.", False),
+    (["Do not use a pressure washer on the charge port.", "The charge port is on the left rear."],
+     "Where is the charge port?", "The charge port is on the left rear.", False),
+])
+def test_doing_what_the_passages_forbid_is_contradicted(passages, question, answer, forbidden):
+    unsupported = Verifier(passages, question).check(answer).unsupported
+    assert any(f.kind == "forbidden" for f in unsupported) == forbidden
+
+
 @pytest.mark.parametrize("answer, invented", [
     ("Flask raises an `UploadError` when the file is too large.", {"uploaderror"}),
     ("Set the FLASK_MAX_UPLOAD environment variable.", {"flask_max_upload"}),

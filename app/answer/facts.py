@@ -205,7 +205,8 @@ def normalize(text: str) -> str:
 @dataclass(frozen=True)
 class Fact:
     kind: str  # "phone" | "code" | "number" | "menu" | "name" (+ for an unsupported one, "negation": a denial the
-    # passages do not make, "place": where they do not say, "reply": a yes or no that rests on nothing they say)
+    # passages do not make, "place": where they do not say, "reply": a yes or no that rests on nothing they say,
+    # "forbidden": what they say not to do)
     key: str  # comparison key: "8005550199", "1500 kg", "30", "settings", ...
     text: str  # as written (after normalization)
 

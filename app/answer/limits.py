@@ -317,6 +317,25 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     return replace(limits[0], alone=len(asked_parts) == 1)
 
 
+def asks_within(question: str) -> bool:
+    """Whether a part of the question asks if the user's amount is allowed or enough ("can I ...?"), where a
+    yes says it is within the bound (not "is 2,000 kg too much?")."""
+    return any(_within(p) for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence))
+
+
+def bounded_away(sentence: str, amounts: list[Quantity]) -> bool:
+    """Whether a sentence bounds a value of its own so that one of `amounts` (the user's) lies outside it:
+    "you can press the camera button at speeds below 15 km/h" leaves out 20 km/h."""
+    sides = bounds(sentence)
+    for v in quantities(sentence):
+        side = sides.get(_key(v), set()) - {None}
+        for q in amounts:
+            if q.kind == v.kind and (side == {UPPER} and q.base() > v.base()
+                                     or side == {LOWER} and q.base() < v.base()):
+                return True
+    return False
+
+
 def _one_range(asked: list[Quantity]) -> bool:
     """Whether the user's amounts are the two ends of one range they gave ("5-6 米")."""
     return len(asked) == 2 and asked[0].text == asked[1].text

@@ -34,6 +34,7 @@ from app.answer.bounds import NEGATION, bounds
 from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
 from app.answer.identifiers import identifiers, misquoted, stated_in_parts
 from app.answer.identifiers import stated as written_in
+from app.answer.limits import asks_within, bounded_away, quantities
 from app.answer.pairing import said_of
 from app.answer.places import Place, asks_place, places
 from app.answer.question import (about_ruled_out, asks_amount, asks_yes_no, main_clause, parts, phone_topic,
@@ -132,6 +133,8 @@ class Verifier:
         self.missing = set(unknown)
         self.unnamed = set(unnamed) | self.missing
         self.users_numbers = {f.key for f in extract_facts(question)}  # may be repeated about anything
+        # amounts a yes says are within the bound ("at 20 km/h, can I ...?")
+        self.users_amounts = [q for q in quantities(question) if q.kind] if asks_within(question) else []
         self.question = question
         self.ruled_out = ruled_out(question)
         # "极速是多少？" asks one amount: a phone number, however well supported, does not answer it
@@ -181,6 +184,7 @@ class Verifier:
         # where a thing is: the passages say it, or the driver does (their own situation) unless that
         # is what they ask
         self.place_sources = said if asks_place(question) else said + asked
+        self.prohibitions = prohibitions([s.text for s in said])
 
     def check(self, sentence: str) -> Check:
         facts = extract_facts(sentence)
@@ -208,6 +212,11 @@ class Verifier:
         unsupported += [f for f in identifiers(sentence) if not written_in(f, self.written)
                         and not (f.kind == "proper" and (self.known_name(f.text)
                                                          or stated_in_parts(f, self.written, self.known_name)))]
+        # doing what the passages forbid ("use unetbootin" beside "Do not use tools like unetbootin"): said
+        # without a negation of its own, it is contradicted
+        if not (self.across or NEGATION.search(sentence) or FORBIDS.search(sentence)):
+            unsupported += [Fact("forbidden", p.verb, p.text) for p in self.prohibitions
+                            if p.verb in said and p.terms & said]
         stated = places(sentence)
         about = own - set().union(*(p.key for p in stated))
         unsupported += [Fact("place", " ".join(sorted(p.key)), p.text) for p in stated
@@ -246,6 +255,9 @@ class Verifier:
               and self.expected_reply != "yes" and not NEGATION.search(main_clause(rest))
               and not self._adds(rest) and not any(self.names.supports(f) for f in facts)):
             unsupported.append(Fact("reply", "yes", sentence.strip()))
+        # "Yes, you can at speeds below 15 km/h" to "at 20 km/h, can I ...?": the reply its own bound denies
+        if said_yes and bounded_away(rest, self.users_amounts) and not any(f.kind == "reply" for f in unsupported):
+            unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
 
     def _refuses(self, sentence: str) -> bool:
@@ -527,6 +539,40 @@ class Verifier:
             return True
         sources = [s for s in self.sentences if s.index.supports(fact)]
         return not sources or any(own & (s.terms | s.referred) for s in sources)
+
+
+# a prohibition: what follows it in its clause is what the passages forbid ("Do not use tools like unetbootin",
+# "切勿用高压水枪冲洗充电口")
+FORBIDS = re.compile(r"\b(?:do\s+not|don't|never|avoid|must\s+not|mustn't|should\s+not|shouldn't)\b"
+                     r"|不要|请勿|切勿|禁止|不得|避免", re.I)
+_CLAUSE_STOP = re.compile(r"[.;:!?。；：！？\n]")
+
+
+@dataclass(frozen=True)
+class Prohibition:
+    verb: str  # the prohibition's first term: what is not to be done ("use")
+    terms: frozenset[str]  # what it is not to be done with, by the terms the passages write nowhere else
+    text: str  # as the passage writes it: "Do not use tools like unetbootin which alter the image"
+
+
+def prohibitions(sentences: list[str]) -> list[Prohibition]:
+    """What the passages forbid and name nowhere but there: in "Do not use tools like unetbootin which alter
+    the image.", "use" and unetbootin when no other sentence names unetbootin. A thing the passages also
+    name without a prohibition ("use the dd command"; the image) is no forbidden thing."""
+    spans, free = [], set()
+    for text in sentences:
+        at = 0
+        for m in FORBIDS.finditer(text):
+            stop = _CLAUSE_STOP.search(text, m.end())
+            end = stop.start() if stop else len(text)
+            free |= terms(without_facts(text[at:m.start()]))
+            span = without_facts(text[m.end():end]).lower()
+            spans.append((sorted(term_words(span), key=lambda t: span.find(t) % (len(span) + 1)),
+                          text[m.start():end].strip()))
+            at = end
+        free |= terms(without_facts(text[at:]))
+    return [Prohibition(words[0], frozenset(words[1:]) - free, said) for words, said in spans
+            if words and frozenset(words[1:]) - free]
 
 
 def _states(source: _Source, fact: Fact) -> bool:
