@@ -69,6 +69,9 @@ def _reply(question: str, passage: str) -> str | None:
     ("开着经济模式，车速能跑到140吗？", "Eco mode limits power to 150 kW and limits the top speed to 130 km/h.", "no"),
     ("开着经济模式，车速能跑到120吗？", "Eco mode limits power to 150 kW and limits the top speed to 130 km/h.", "yes"),
     ("Can I set the charge limit to 90%?", "For daily use, set the charge limit to 80 percent.", None),  # advice
+    # a range said with another kind's value is what that value is for, not what is allowed
+    ("At 85 percent, will the charging power drop?",
+     "Charging from 10 to 80 percent takes about 30 minutes. Charging power drops above 80 percent.", None),
     ("揣着钥匙走出去五六米远，车会自己锁上吗？",
      "The car locks itself when the key fob or the phone key is more than about 3 metres away.", "yes"),
     # of two amounts, the one said with the asking part's words
@@ -296,10 +299,13 @@ def test_limits_of_two_passages_that_disagree_decide_nothing():
     assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(fast)).reply == "yes"
     assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(outlet)) is None
     assert judge_limit("Can I charge at 100 kW?", [outlet, fast], similarity=nearer(fast)) is None
-    # limits that give one reply leave open only which is the question's: the one the search found first
-    for passages in ([fast, outlet], [outlet, fast]):
-        limit = judge_limit("Can I charge at 200 kW?", passages)
-        assert (limit.reply, limit.bound) == ("no", passages[0])
+    # limits that give one reply are no different: which to say is the question, and one of them is wrong
+    towed = "When towing the car itself on all four wheels, do not exceed 30 km/h."
+    towing = "When towing a trailer, do not exceed 100 km/h."
+    question = "Can I drive at 110 km/h when towing?"
+    assert judge_limit(question, [towed, towing]) is None
+    assert judge_limit(question, [towed, towing], similarity=nearer(towing)) is None
+    assert judge_limit(question, [towing, towed], similarity=nearer(towing)).bound == towing
     # a bound on something the question never names decides nothing, where the deciding one's sentence does
     lane = "车速在 60 到 150 公里每小时之间时，车道保持辅助会轻轻把车拉回车道。"
     assert judge_limit("高速上我开到一百六，自适应巡航还能开着用吗？", [lane, ACC_ZH]).reply == "yes"

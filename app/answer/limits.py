@@ -411,28 +411,23 @@ def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str,
     def named(said: str, i: int) -> bool:
         return bool((terms(said) | terms(titles[i] if i < len(titles) else "")) & wanted)
 
-    rivals = [(said, other, said_reply) for said, other, said_reply, values in decided[1:]
+    rivals = [(said, other) for said, other, _, values in decided[1:]
               if other != passage and values != bound and (named(said, other) or not named(sentence, passage))]
     if rivals:
-        sentence = _settled(sentence, passage, reply, rivals, words, similarity)
+        sentence = _settled(sentence, passage, rivals, words, similarity)
     return Limit(reply, q, sentence.strip(), alone=True) if sentence else None
 
 
-def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, int, str]], words: str,
+def _settled(sentence: str, passage: int, rivals: list[tuple[str, int]], words: str,
              similarity: Similarity | None) -> str:
     """The bound's sentence where other passages bound the question's amount at other values (`rivals`:
-    sentence, passage, reply); "" when that leaves the reply open. Rivals that give the same reply leave
-    open only which limit is the question's: the one of the passage the search found first, having read
-    each passage whole ("can this car charge at 350 kW?": no, by the DC charging entry's limit, not by the
-    power outlet's further down). Rivals that give the other reply leave the reply open unless three
-    readings agree: the deciding sentence shares the most terms with the question, its passage was found
-    before every rival's and the embedder, reading the sentences alone, finds it the nearest in meaning."""
-    first = all(other > passage for _, other, _ in rivals)
-    if all(r == reply for _, _, r in rivals):
-        return sentence if first else min(rivals, key=lambda r: r[1])[0]
-    if not first or similarity is None:
+    sentence, passage); "" when that leaves open which limit is the question's, even where every one gives
+    the same reply: said, a towing limit for a car being towed is a wrong limit. Three readings must agree:
+    the deciding sentence shares the most terms with the question, its passage was found before every
+    rival's and the embedder, reading the sentences alone, finds it the nearest in meaning."""
+    if similarity is None or any(other <= passage for _, other in rivals):
         return ""
-    cosines = similarity(words, [sentence, *(s for s, _, _ in rivals)])
+    cosines = similarity(words, [sentence, *(s for s, _ in rivals)])
     return sentence if all(cosines[0] > c for c in cosines[1:]) else ""
 
 
@@ -660,7 +655,10 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
             said.add("yes" if (q.base() <= v.base() if side == {UPPER} else q.base() >= v.base()) else "no")
             used.add(v.base())
     ends = [v for v in values if sides.get(_key(v)) == {None}]
-    if not said and len(ends) == 2 and _RANGE.search(normalize(sentence)):
+    # a range said with a value of another kind is what that value is for ("charging from 10 to 80 percent
+    # takes about 30 minutes"), not what is allowed ("works between 30 and 180 km/h")
+    spans = any(v.kind != q.kind for v in quantities(sentence))
+    if not said and len(ends) == 2 and not spans and _RANGE.search(normalize(sentence)):
         low, high = sorted(v.base() for v in ends)
         said.add("yes" if low <= q.base() <= high else "no")
         used |= {low, high}
