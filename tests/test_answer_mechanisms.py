@@ -306,6 +306,12 @@ def test_limits_of_two_passages_that_disagree_decide_nothing():
     assert judge_limit(question, [towed, towing]) is None
     assert judge_limit(question, [towed, towing], similarity=nearer(towing)) is None
     assert judge_limit(question, [towing, towed], similarity=nearer(towing)).bound == towing
+    # ... where the one the search found first is the nearest in meaning, whichever shares more words
+    swap = "Swap shouldn't be smaller than 512MB."
+    var = "You should allocate at least 200MB for /var."
+    question = "For a small server, is 150 MB enough for /var?"
+    assert judge_limit(question, [var, swap], similarity=nearer(var)).bound == var
+    assert judge_limit(question, [var, swap], similarity=nearer(swap)) is None
     # a bound on something the question never names decides nothing, where the deciding one's sentence does
     lane = "车速在 60 到 150 公里每小时之间时，车道保持辅助会轻轻把车拉回车道。"
     assert judge_limit("高速上我开到一百六，自适应巡航还能开着用吗？", [lane, ACC_ZH]).reply == "yes"

@@ -411,24 +411,35 @@ def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str,
     def named(said: str, i: int) -> bool:
         return bool((terms(said) | terms(titles[i] if i < len(titles) else "")) & wanted)
 
-    rivals = [(said, other) for said, other, _, values in decided[1:]
+    rivals = [(said, other, said_reply) for said, other, said_reply, values in decided[1:]
               if other != passage and values != bound and (named(said, other) or not named(sentence, passage))]
     if rivals:
-        sentence = _settled(sentence, passage, rivals, words, similarity)
+        sentence = _settled(sentence, passage, reply, rivals, words, similarity)
     return Limit(reply, q, sentence.strip(), alone=True) if sentence else None
 
 
-def _settled(sentence: str, passage: int, rivals: list[tuple[str, int]], words: str,
+def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, int, str]], words: str,
              similarity: Similarity | None) -> str:
     """The bound's sentence where other passages bound the question's amount at other values (`rivals`:
-    sentence, passage); "" when that leaves open which limit is the question's, even where every one gives
-    the same reply: said, a towing limit for a car being towed is a wrong limit. Three readings must agree:
-    the deciding sentence shares the most terms with the question, its passage was found before every
-    rival's and the embedder, reading the sentences alone, finds it the nearest in meaning."""
-    if similarity is None or any(other <= passage for _, other in rivals):
+    sentence, passage, reply); "" when that leaves open which limit is the question's. Rivals that give the
+    other reply leave the reply open unless three readings agree: the deciding sentence shares the most
+    terms with the question, its passage was found before every rival's and the embedder, reading the
+    sentences alone, finds it the nearest in meaning. Rivals that give the same reply leave open only which
+    limit to say, which must be right all the same (a car being towed is no trailer towed): the one the
+    search found first and the embedder finds nearest, when those two readings agree (words shared are
+    the weakest reading: "shouldn't be smaller than 512MB" of swap shares "small" with "a small server's
+    /var")."""
+    if similarity is None:
         return ""
-    cosines = similarity(words, [sentence, *(s for s, _ in rivals)])
-    return sentence if all(cosines[0] > c for c in cosines[1:]) else ""
+    said = [(sentence, passage, reply), *rivals]
+    cosines = similarity(words, [s for s, _, _ in said])
+    nearest = max(range(len(said)), key=cosines.__getitem__)
+    if sum(c == cosines[nearest] for c in cosines) > 1:
+        return ""
+    if all(r == reply for _, _, r in rivals):
+        first = min(p for _, p, _ in said)
+        return said[nearest][0] if said[nearest][1] == first else ""
+    return sentence if nearest == 0 and all(other > passage for _, other, _ in rivals) else ""
 
 
 # asking whether the user's amount is what is needed or advised: "I have 4 GB. Is that at least what the
