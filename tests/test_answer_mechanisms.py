@@ -69,9 +69,6 @@ def _reply(question: str, passage: str) -> str | None:
     ("开着经济模式，车速能跑到140吗？", "Eco mode limits power to 150 kW and limits the top speed to 130 km/h.", "no"),
     ("开着经济模式，车速能跑到120吗？", "Eco mode limits power to 150 kW and limits the top speed to 130 km/h.", "yes"),
     ("Can I set the charge limit to 90%?", "For daily use, set the charge limit to 80 percent.", None),  # advice
-    # a range said with another kind's value is what that value is for, not what is allowed
-    ("At 85 percent, will the charging power drop?",
-     "Charging from 10 to 80 percent takes about 30 minutes. Charging power drops above 80 percent.", None),
     ("揣着钥匙走出去五六米远，车会自己锁上吗？",
      "The car locks itself when the key fob or the phone key is more than about 3 metres away.", "yes"),
     # of two amounts, the one said with the asking part's words
@@ -312,6 +309,8 @@ def test_limits_of_two_passages_that_disagree_decide_nothing():
     question = "For a small server, is 150 MB enough for /var?"
     assert judge_limit(question, [var, swap], similarity=nearer(var)).bound == var
     assert judge_limit(question, [var, swap], similarity=nearer(swap)) is None
+    # ... and none for a translated question: every reading rests on the translation
+    assert judge_limit("小服务器的 /var 给 150 MB 够吗？", [var, swap], question, similarity=nearer(var)) is None
     # a bound on something the question never names decides nothing, where the deciding one's sentence does
     lane = "车速在 60 到 150 公里每小时之间时，车道保持辅助会轻轻把车拉回车道。"
     assert judge_limit("高速上我开到一百六，自适应巡航还能开着用吗？", [lane, ACC_ZH]).reply == "yes"

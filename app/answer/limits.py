@@ -414,12 +414,12 @@ def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str,
     rivals = [(said, other, said_reply) for said, other, said_reply, values in decided[1:]
               if other != passage and values != bound and (named(said, other) or not named(sentence, passage))]
     if rivals:
-        sentence = _settled(sentence, passage, reply, rivals, words, similarity)
+        sentence = _settled(sentence, passage, reply, rivals, words, similarity, translated=bool(about))
     return Limit(reply, q, sentence.strip(), alone=True) if sentence else None
 
 
 def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, int, str]], words: str,
-             similarity: Similarity | None) -> str:
+             similarity: Similarity | None, translated: bool) -> str:
     """The bound's sentence where other passages bound the question's amount at other values (`rivals`:
     sentence, passage, reply); "" when that leaves open which limit is the question's. Rivals that give the
     other reply leave the reply open unless three readings agree: the deciding sentence shares the most
@@ -428,7 +428,8 @@ def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, in
     limit to say, which must be right all the same (a car being towed is no trailer towed): the one the
     search found first and the embedder finds nearest, when those two readings agree (words shared are
     the weakest reading: "shouldn't be smaller than 512MB" of swap shares "small" with "a small server's
-    /var")."""
+    /var"). Not for a translated question (`translated`), whose every reading rests on the translation:
+    "拖着拖车上高速" put as "dragging a heavy load" found the car-being-towed entry first and nearest."""
     if similarity is None:
         return ""
     said = [(sentence, passage, reply), *rivals]
@@ -437,6 +438,8 @@ def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, in
     if sum(c == cosines[nearest] for c in cosines) > 1:
         return ""
     if all(r == reply for _, _, r in rivals):
+        if translated:
+            return ""
         first = min(p for _, p, _ in said)
         return said[nearest][0] if said[nearest][1] == first else ""
     return sentence if nearest == 0 and all(other > passage for _, other, _ in rivals) else ""
@@ -666,10 +669,7 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
             said.add("yes" if (q.base() <= v.base() if side == {UPPER} else q.base() >= v.base()) else "no")
             used.add(v.base())
     ends = [v for v in values if sides.get(_key(v)) == {None}]
-    # a range said with a value of another kind is what that value is for ("charging from 10 to 80 percent
-    # takes about 30 minutes"), not what is allowed ("works between 30 and 180 km/h")
-    spans = any(v.kind != q.kind for v in quantities(sentence))
-    if not said and len(ends) == 2 and not spans and _RANGE.search(normalize(sentence)):
+    if not said and len(ends) == 2 and _RANGE.search(normalize(sentence)):
         low, high = sorted(v.base() for v in ends)
         said.add("yes" if low <= q.base() <= high else "no")
         used |= {low, high}
