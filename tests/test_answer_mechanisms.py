@@ -289,14 +289,13 @@ def test_limits_of_two_passages_that_disagree_decide_nothing():
     fast = "The car accepts up to 150 kW of DC power at a fast charger."
     assert judge_limit("Can I charge at 100 kW?", [outlet, fast]) is None  # which limit is the question's?
     assert judge_limit("Can I charge at 100 kW?", [fast]).reply == "yes"
-    # ... unless the search found the deciding one first and the embedder finds it the nearest in meaning too
+    # ... whatever the embedder finds nearer
     def nearer(meant: str):
         return lambda question, sentences: [1.0 if s == meant else 0.5 for s in sentences]
 
-    assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(fast)).reply == "yes"
-    assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(outlet)) is None
-    assert judge_limit("Can I charge at 100 kW?", [outlet, fast], similarity=nearer(fast)) is None
-    # limits that give one reply are no different: which to say is the question, and one of them is wrong
+    assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(fast)) is None
+    # limits that give one reply leave open which to say, and one of them is wrong: the search's first, when
+    # the embedder finds it the nearest
     towed = "When towing the car itself on all four wheels, do not exceed 30 km/h."
     towing = "When towing a trailer, do not exceed 100 km/h."
     question = "Can I drive at 110 km/h when towing?"

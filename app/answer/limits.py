@@ -298,8 +298,8 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     a reply only when both its ends get the same one. None when any of that is unclear, or two
     sentences disagree. `about`: the question in the passages' language (its translation, plan.py),
     whose words rank their sentences; the amount is the question's own. `titles`: each passage's entry
-    title. `similarity`: the embedder's cosines, which settle between passages that bound the amount
-    differently (`_judged`)."""
+    title. `similarity`: the embedder's cosines, which choose between passages that bound the amount at
+    different values but give the same reply (`_settled`)."""
     asked_parts = [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)
                    if _ASKS.search(p)]
     asking = [p for p in asked_parts if _within(p) or _asks_if_due(p)]
@@ -422,27 +422,21 @@ def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, in
              similarity: Similarity | None, translated: bool) -> str:
     """The bound's sentence where other passages bound the question's amount at other values (`rivals`:
     sentence, passage, reply); "" when that leaves open which limit is the question's. Rivals that give the
-    other reply leave the reply open unless three readings agree: the deciding sentence shares the most
-    terms with the question, its passage was found before every rival's and the embedder, reading the
-    sentences alone, finds it the nearest in meaning. Rivals that give the same reply leave open only which
-    limit to say, which must be right all the same (a car being towed is no trailer towed): the one the
-    search found first and the embedder finds nearest, when those two readings agree (words shared are
-    the weakest reading: "shouldn't be smaller than 512MB" of swap shares "small" with "a small server's
-    /var"). Not for a translated question (`translated`), whose every reading rests on the translation:
-    "拖着拖车上高速" put as "dragging a heavy load" found the car-being-towed entry first and nearest."""
-    if similarity is None:
+    other reply leave the reply open. Rivals that give the same reply leave open only which limit to say,
+    which must be right all the same (a car being towed is no trailer towed): the one the search found first
+    and the embedder, reading the sentences alone, finds nearest, when those two readings agree (words
+    shared are the weakest reading: "shouldn't be smaller than 512MB" of swap shares "small" with "a small
+    server's /var"). Not for a translated question (`translated`), whose every reading rests on the
+    translation: "拖着拖车上高速" put as "dragging a heavy load" found the car-being-towed entry first and
+    nearest."""
+    if similarity is None or translated or any(r != reply for _, _, r in rivals):
         return ""
-    said = [(sentence, passage, reply), *rivals]
-    cosines = similarity(words, [s for s, _, _ in said])
+    said = [(sentence, passage), *((s, p) for s, p, _ in rivals)]
+    cosines = similarity(words, [s for s, _ in said])
     nearest = max(range(len(said)), key=cosines.__getitem__)
     if sum(c == cosines[nearest] for c in cosines) > 1:
         return ""
-    if all(r == reply for _, _, r in rivals):
-        if translated:
-            return ""
-        first = min(p for _, p, _ in said)
-        return said[nearest][0] if said[nearest][1] == first else ""
-    return sentence if nearest == 0 and all(other > passage for _, other, _ in rivals) else ""
+    return said[nearest][0] if said[nearest][1] == min(p for _, p in said) else ""
 
 
 # asking whether the user's amount is what is needed or advised: "I have 4 GB. Is that at least what the
