@@ -74,7 +74,7 @@ class Quantity:
         return self.value * _KINDS[self.kind][self.unit] if self.kind else self.value
 
 
-# a speed said as its distance or bare, as Chinese speakers do: "车速大概二十公里", "时速一百二", "车速能跑到140吗"
+# a speed said as its distance or bare, as Chinese speakers do: "车速大概二十公里", "时速一百二", "车速开到120"
 # are km/h
 _SPEED_AS_KM = re.compile(r"((?:车速|时速|速度)[^，。,.;；？?！!]{0,8}?\d+(?:\.\d+)?(?:-\d+)?\s*)(?:公里|千米|km)?"
                           r"(?!\s*(?:每小时|/小时|/时|/h|[\d.]|[A-Za-z%]|公|千|米|分|秒|小时|个|次))", re.I)
@@ -271,8 +271,8 @@ def _within(part: str) -> bool:
 
 
 # a bound that says what may be done or what is needed ("up to 1,500 kg", "do not exceed", "at least 780MB",
-# "select Drive within 2 minutes", "limits the top speed to 130 km/h"; not the noun: "set the charge limit to
-# 80 percent" is advice), not a condition ("children under 150 cm must ...", "when you drive above 10 km/h"):
+# "confirm within 2 minutes", "limits the output to 130 W"; not the noun: "set the limit to 80 percent" is
+# advice), not a condition ("children under 150 cm must ...", "when you drive above 10 km/h"):
 # only a limit decides whether the user's amount is allowed
 _LIMIT_WORDS = re.compile(r"(?:\bup\s+to|" + AS_LITTLE_AS + "|" + AS_MUCH_AS + "|"
                           r"\bat\s+most|\bmax(?:imum)?\b|\bexceed|\bwithin|\blimit(?:s|ed)\b"
@@ -325,7 +325,7 @@ def asks_within(question: str) -> bool:
 
 def bounded_away(sentence: str, amounts: list[Quantity]) -> bool:
     """Whether a sentence bounds a value of its own so that one of `amounts` (the user's) lies outside it:
-    "you can press the camera button at speeds below 15 km/h" leaves out 20 km/h."""
+    "you can open it at temperatures below 40 °C" leaves out 50 °C."""
     sides = bounds(sentence)
     for v in quantities(sentence):
         side = sides.get(_key(v), set()) - {None}
@@ -343,9 +343,8 @@ def _one_range(asked: list[Quantity]) -> bool:
 
 def _asked_about(asked: list[Quantity], question: str, asking: str) -> list[Quantity]:
     """Of the several amounts a question states, those its asking part is about: stated in it, else said
-    with one of its terms, between the amounts before and after it in its clause ("The PC has 8 GB of RAM
-    and I figured a 256 MB swap partition is plenty. Is that in line with the guide's swap advice?": the
-    256 MB of swap, not the 8 GB of RAM)."""
+    with one of its terms, between the amounts before and after it in its clause ("My machine has 8 GB of
+    memory and I made a 256 MB swap partition. Is that enough swap?": the 256 MB of swap, not the 8 GB)."""
     said = [q for q in asked if normalize(q.text) in normalize(asking)]
     if said:
         return said
@@ -372,8 +371,8 @@ def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str,
                                              happens and _same_outcome(asking, sentence)))
                for sentence, values, passage in _of_kind(ranked, q.kind)]
     decided = [d for d in decided if d[2]]
-    # "is that enough?": the value the sentence most about the question names, stated plainly ("Hard Drive:
-    # 10 gigabytes" in the desktop row), comes before a bound further down ("as little as 350MB" of memory)
+    # "is that enough?": the value the sentence most about the question names, stated plainly (a table row's
+    # "Disk: 10 gigabytes"), comes before a bound further down of another thing ("as little as 350MB" of memory)
     framed = _framed(q, _of_kind(ranked, q.kind), wanted) if _asks_if_enough(question, q) else []
     if framed and framed[0][0] not in [d[0] for d in decided]:
         decided = framed + decided
@@ -423,12 +422,11 @@ def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, in
     """The bound's sentence where other passages bound the question's amount at other values (`rivals`:
     sentence, passage, reply); "" when that leaves open which limit is the question's. Rivals that give the
     other reply leave the reply open. Rivals that give the same reply leave open only which limit to say,
-    which must be right all the same (a car being towed is no trailer towed): the one the search found first
-    and the embedder, reading the sentences alone, finds nearest, when those two readings agree (words
-    shared are the weakest reading: "shouldn't be smaller than 512MB" of swap shares "small" with "a small
-    server's /var"). Not for a translated question (`translated`), whose every reading rests on the
-    translation: "拖着拖车上高速" put as "dragging a heavy load" found the car-being-towed entry first and
-    nearest."""
+    which must be right all the same (one thing's speed limit is none of another's): the one the search found
+    first and the embedder, reading the sentences alone, finds nearest, when those two readings agree (words
+    shared are the weakest reading: "smaller" shares its stem with a question's "small server"). Not for a
+    translated question (`translated`), whose every reading rests on the translation: a translation that
+    loses the question's thing finds another thing's limit first and nearest."""
     if similarity is None or translated or any(r != reply for _, _, r in rivals):
         return ""
     said = [(sentence, passage), *((s, p) for s, p, _ in rivals)]
@@ -481,7 +479,8 @@ def _asks_if_due(part: str) -> bool:
 
 
 _BEFORE = 40  # characters before a value that say what it is: "up to", "at least", "every"
-# a condition's clause, from its "when" ("when the key fob or phone key is more than about 3 metres away")
+# a condition's clause, from its "when" ("when the remote control or the paired phone is more than about 3 metres
+# away")
 _CONDITION_BEFORE = 100
 
 

@@ -212,8 +212,8 @@ class Verifier:
         unsupported += [f for f in identifiers(sentence) if not written_in(f, self.written)
                         and not (f.kind == "proper" and (self.known_name(f.text)
                                                          or stated_in_parts(f, self.written, self.known_name)))]
-        # doing what the passages forbid ("use unetbootin" beside "Do not use tools like unetbootin"): said
-        # without a negation of its own, it is contradicted
+        # doing what the passages forbid ("clean the seal with bleach" beside "Do not use bleach on the seal"):
+        # said without a negation of its own, it is contradicted
         if not (self.across or NEGATION.search(sentence) or FORBIDS.search(sentence)):
             unsupported += [Fact("forbidden", p.verb, p.text) for p in self.prohibitions
                             if p.verb in said and p.terms & said]
@@ -255,7 +255,7 @@ class Verifier:
               and self.expected_reply != "yes" and not NEGATION.search(main_clause(rest))
               and not self._adds(rest) and not any(self.names.supports(f) for f in facts)):
             unsupported.append(Fact("reply", "yes", sentence.strip()))
-        # "Yes, you can at speeds below 15 km/h" to "at 20 km/h, can I ...?": the reply its own bound denies
+        # "Yes, you can below 40 °C" to "at 50 °C, can I ...?": the reply its own bound denies
         if said_yes and bounded_away(rest, self.users_amounts) and not any(f.kind == "reply" for f in unsupported):
             unsupported.append(Fact("reply", answered, sentence.strip()))
         return Check(sentence, facts, unsupported, refusal, off_topic)
@@ -541,8 +541,8 @@ class Verifier:
         return not sources or any(own & (s.terms | s.referred) for s in sources)
 
 
-# a prohibition: what follows it in its clause is what the passages forbid ("Do not use tools like unetbootin",
-# "切勿用高压水枪冲洗充电口")
+# a prohibition: what follows it in its clause is what the passages forbid ("Do not use bleach on the seal",
+# "切勿用酒精擦拭屏幕")
 FORBIDS = re.compile(r"\b(?:do\s+not|don't|never|avoid|must\s+not|mustn't|should\s+not|shouldn't)\b"
                      r"|不要|请勿|切勿|禁止|不得|避免", re.I)
 _CLAUSE_STOP = re.compile(r"[.;:!?。；：！？\n]")
@@ -552,13 +552,13 @@ _CLAUSE_STOP = re.compile(r"[.;:!?。；：！？\n]")
 class Prohibition:
     verb: str  # the prohibition's first term: what is not to be done ("use")
     terms: frozenset[str]  # what it is not to be done with, by the terms the passages write nowhere else
-    text: str  # as the passage writes it: "Do not use tools like unetbootin which alter the image"
+    text: str  # as the passage writes it: "Do not use bleach on the door seal"
 
 
 def prohibitions(sentences: list[str]) -> list[Prohibition]:
-    """What the passages forbid and name nowhere but there: in "Do not use tools like unetbootin which alter
-    the image.", "use" and unetbootin when no other sentence names unetbootin. A thing the passages also
-    name without a prohibition ("use the dd command"; the image) is no forbidden thing."""
+    """What the passages forbid and name nowhere but there: in "Do not use bleach on the door seal.", "use"
+    and bleach when no other sentence names bleach. A thing the passages also name without a prohibition
+    ("wipe the door seal dry"; the seal) is no forbidden thing."""
     spans, free = [], set()
     for text in sentences:
         at = 0
