@@ -151,6 +151,17 @@ def test_kept_rows_survive_on_disk_per_model_and_prefix(tiny_builds, tmp_path):
     assert damaged.computed == 1 and PassageKV(llm, tmp_path / "kv").rows(PREFIX, PASSAGE).tokens == PASSAGE
 
 
+def test_the_settings_offer_every_stored_precision_and_no_other():
+    """The settings and the CLI name the precisions without loading the answer layer (ONNX Runtime): their
+    list is the one the rows are stored at."""
+    from typing import get_args
+
+    from app.answer.passage_kv import PRECISIONS
+    from app.settings import PassageKVPrecision
+
+    assert get_args(PassageKVPrecision) == PRECISIONS
+
+
 @pytest.mark.parametrize("precision", ["float16", "int8", "k6v8"])
 def test_kept_rows_may_be_stored_compactly(tiny_builds, tmp_path, precision):
     """float16, or codes with a float16 scale and offset per KV head and channel (int8: 8 bits; k6v8:

@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from runtime.llm import LLM
 
 PASSAGE_KV_DIR = "passage_kv"  # where a KB directory keeps them
 Precision = Literal["float32", "float16", "int8", "k6v8"]
-PRECISIONS: tuple[Precision, ...] = ("float32", "float16", "int8", "k6v8")
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 MEMORY_BYTES = 256 << 20  # float32 rows of the 1.5B: 57 KB a token, so ~4,500 passage tokens
 # on disk, the rows least recently used go first beyond this: for the 1.5B (~1.35 MB a passage at
 # k6v8) the first passages of ~1,500 questions, a head unit's share of flash
