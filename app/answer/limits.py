@@ -300,8 +300,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
     whose words rank their sentences; the amount is the question's own. `titles`: each passage's entry
     title. `similarity`: the embedder's cosines, which choose between passages that bound the amount at
     different values but give the same reply (`_settled`)."""
-    asked_parts = [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)
-                   if _ASKS.search(p)]
+    asked_parts = [p for p in _question_parts(question) if _ASKS.search(p)]
     asking = [p for p in asked_parts if _within(p) or _asks_if_due(p)]
     if len(asking) != 1:
         return None
@@ -320,7 +319,12 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
 def asks_within(question: str) -> bool:
     """Whether a part of the question asks if the user's amount is allowed or enough ("can I ...?"), where a
     yes says it is within the bound (not "is 2,000 kg too much?")."""
-    return any(_within(p) for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence))
+    return any(_within(p) for p in _question_parts(question))
+
+
+def _question_parts(question: str) -> list[str]:
+    """Each sentence's parts (question.parts), in order."""
+    return [p for sentence in re.split(r"(?<=[.!?。！？])\s*", question) for p in parts(sentence)]
 
 
 def bounded_away(sentence: str, amounts: list[Quantity]) -> bool:
@@ -330,10 +334,14 @@ def bounded_away(sentence: str, amounts: list[Quantity]) -> bool:
     for v in quantities(sentence):
         side = sides.get(_key(v), set()) - {None}
         for q in amounts:
-            if q.kind == v.kind and (side == {UPPER} and q.base() > v.base()
-                                     or side == {LOWER} and q.base() < v.base()):
+            if q.kind == v.kind and side in ({UPPER}, {LOWER}) and not _inside(q, v, side):
                 return True
     return False
+
+
+def _inside(q: Quantity, v: Quantity, side: set[str]) -> bool:
+    """Whether the amount `q` keeps to the bound `v` on its `side` ({UPPER} or {LOWER})."""
+    return q.base() <= v.base() if side == {UPPER} else q.base() >= v.base()
 
 
 def _one_range(asked: list[Quantity]) -> bool:
@@ -352,7 +360,7 @@ def _asked_about(asked: list[Quantity], question: str, asking: str) -> list[Quan
     for clause in _CLAUSE_BREAK.split(normalize(question)):
         at = sorted(((clause.find(normalize(q.text)), q) for q in asked if normalize(q.text) in clause),
                     key=lambda x: x[0])
-        for n, (start, q) in enumerate(at):
+        for n, (_, q) in enumerate(at):
             after = at[n - 1][0] + len(normalize(at[n - 1][1].text)) if n else 0
             before = at[n + 1][0] if n + 1 < len(at) else len(clause)
             if terms(without_facts(clause[after:before])) & topic:
@@ -659,7 +667,7 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
             continue
         side = sides.get(_key(v), set()) - {None} or ({LOWER} if needed else set())
         if side in ({UPPER}, {LOWER}):
-            said.add("yes" if (q.base() <= v.base() if side == {UPPER} else q.base() >= v.base()) else "no")
+            said.add("yes" if _inside(q, v, side) else "no")
             used.add(v.base())
     ends = [v for v in values if sides.get(_key(v)) == {None}]
     if not said and len(ends) == 2 and _RANGE.search(normalize(sentence)):

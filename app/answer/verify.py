@@ -559,7 +559,7 @@ def prohibitions(sentences: list[str]) -> list[Prohibition]:
     """What the passages forbid and name nowhere but there: in "Do not use bleach on the door seal.", "use"
     and bleach when no other sentence names bleach. A thing the passages also name without a prohibition
     ("wipe the door seal dry"; the seal) is no forbidden thing."""
-    spans, free = [], set()
+    spans, free, out = [], set(), []
     for text in sentences:
         at = 0
         for m in FORBIDS.finditer(text):
@@ -571,8 +571,11 @@ def prohibitions(sentences: list[str]) -> list[Prohibition]:
                           text[m.start():end].strip()))
             at = end
         free |= terms(without_facts(text[at:]))
-    return [Prohibition(words[0], frozenset(words[1:]) - free, said) for words, said in spans
-            if words and frozenset(words[1:]) - free]
+    for words, said in spans:
+        named = frozenset(words[1:]) - free
+        if named:
+            out.append(Prohibition(words[0], named, said))
+    return out
 
 
 def _states(source: _Source, fact: Fact) -> bool:
