@@ -348,8 +348,13 @@ def test_spoken_chinese_numbers_and_tables():
     # spoken fractions: a height of 一米四 is 1.4 m (not 1 m and a 4), half hours and half kilometres
     said = {"我家孩子一米四了": ["1.4 m"], "他一米七五": ["1.75 m"], "长2米5宽1米8": ["2.5 m", "1.8 m"],
             "充了一个半小时": ["1.5 h"], "再等半个小时": ["0.5 h"], "还能开三公里半": ["3.5 km"],
-            "1米 4个人": ["1 m", "4"]}
+            "1米 4个人": ["1 m", "4"], "拖车大概一吨二": ["1.2 t"], "3.5 tonnes": ["3.5 t"], "两吨": ["2 t"]}
     assert {text: [f.key for f in extract_facts(text)] for text in said} == said
+    # tonnes are a mass: "一吨二" is held against a limit in kilograms
+    limit = judge_limit("拖车大概一吨二，带刹车的，这车能拖吗？", [TOWING],
+                        "My braked trailer weighs about 1.2 tonnes. Can the car tow it?", [], None)
+    assert limit and limit.reply == "yes" and limit.asked.value == 1.2, limit
+    assert judge_limit("Can the car tow a 1.6 tonne braked trailer?", [TOWING], None, [], None).reply == "no"
     # a table row's numbers are numbers, not a phone number; a phone number spoken in groups still is one
     assert [f.kind for f in extract_facts("KDE Plasma 4584 1316 5900")] == ["number"] * 3
     assert [f.kind for f in extract_facts("call 800 555 0199")] == ["phone"]

@@ -37,6 +37,7 @@ _UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
     "cm": ("cm", "centimetres", "centimeters", "centimetre", "centimeter", "厘米"),
     "m": ("m", "metres", "meters", "metre", "meter", "米"),
     "kg": ("kg", "kilograms", "kilogram", "kilos", "公斤", "千克"),
+    "t": ("tonnes", "tonne", "吨"),  # not "ton(s)": a US ton is 907 kg
     "l": ("l", "litres", "liters", "litre", "liter", "升"),
     "ml": ("ml", "millilitres", "milliliters", "millilitre", "milliliter", "毫升"),
     "h": ("h", "hours", "hour", "hrs", "hr", "小时", "个小时"),
@@ -175,15 +176,15 @@ _ZH_KILO = {"千瓦时": "kWh", "千瓦": "kW", "千克": "kg", "千米": "km", 
 
 
 # spoken Chinese fractions of an amount: 一米四 is 1.4 metres (a height, a length; not 1 m and a 4), 一米七五 1.75,
-# 三公里半 3.5 km, 一个半小时 1.5 hours, 半个小时 half an hour
-_ZH_METRES_AND = re.compile(r"(\d+)\s*米\s*(\d{1,2})(?![\d.])"
-                            r"(?!\s*(?:厘米|毫米|公分|米|个|只|人|辆|次|号|位|岁|[a-z]))", re.I)
+# 一吨二 1.2 tonnes, 三公里半 3.5 km, 一个半小时 1.5 hours, 半个小时 half an hour
+_ZH_AND_TENTHS = re.compile(r"(\d+)\s*(米|吨)\s*(\d{1,2})(?![\d.])"
+                            r"(?!\s*(?:厘米|毫米|公分|米|吨|个|只|人|辆|次|号|位|岁|[a-z]))", re.I)
 _ZH_AND_A_HALF = re.compile(r"(\d+|一)\s*个?半\s*(小时|钟头|月)|(\d+)\s*(公里|千米|米|公斤|斤|吨|升|度)半")
 _ZH_HALF = re.compile(r"(?<![\d.个])半个?(小时|钟头|月)")
 
 
 def _zh_fractions(text: str) -> str:
-    text = _ZH_METRES_AND.sub(lambda m: f"{m.group(1)}.{m.group(2)} 米", text)
+    text = _ZH_AND_TENTHS.sub(lambda m: f"{m.group(1)}.{m.group(3)} {m.group(2)}", text)
     text = _ZH_AND_A_HALF.sub(lambda m: f" {1 if m.group(1) == '一' else m.group(1)}.5 {m.group(2)}" if m.group(1)
                               else f"{m.group(3)}.5 {m.group(4)}", text)
     return _ZH_HALF.sub(lambda m: f" 0.5 {m.group(1)}", text)
@@ -348,7 +349,7 @@ _ASKED_UNIT = re.compile(r"(?:\bhow\s+(?:many|much)\s+|多少个?|几个?)(?P<un
                          r"\bin\s+(?P<named>" + _NAMED_UNIT.pattern + ")", re.I)
 # what a unit measures: an amount asked in one is answered in any unit of the same kind (psi for kPa)
 _DIMENSIONS = (("km/h", "mph"), ("kwh", "wh"), ("kw", "w"), ("kpa", "psi", "bar"), ("km", "m", "cm", "mm", "inch"),
-               ("kg", "g"), ("l", "ml"), ("ah", "mah"), ("h", "min", "s", "day", "week", "month", "year"))
+               ("kg", "g", "t"), ("l", "ml"), ("ah", "mah"), ("h", "min", "s", "day", "week", "month", "year"))
 _DIMENSION = {unit: kind[0] for kind in _DIMENSIONS for unit in kind}
 
 

@@ -33,7 +33,7 @@ from app.answer.sentences import clauses, split_sentences
 _KINDS: dict[str, dict[str, float]] = {
     "speed": {"km/h": 1.0, "mph": 1.609344},
     "pressure": {"kpa": 1.0, "psi": 6.894757, "bar": 100.0},
-    "mass": {"kg": 1.0, "g": 0.001},
+    "mass": {"kg": 1.0, "g": 0.001, "t": 1000.0},
     "length": {"km": 1000.0, "m": 1.0, "cm": 0.01, "mm": 0.001, "inch": 0.0254},
     "time": {"s": 1.0, "min": 60.0, "h": 3600.0, "day": 86400.0, "week": 604800.0, "month": 2629800.0,
              "year": 31557600.0},
