@@ -1008,6 +1008,57 @@ def test_a_translation_that_answers_or_adds_a_number_is_none():
     assert to_english(model, "在手套箱后面。") and model.banned == set()
 
 
+class _TranslatorOf(_Translator):
+    """A model that translates each text with its own reply (`replies`; "" when it has none)."""
+
+    def __init__(self, replies: dict[str, str]):
+        super().__init__("")
+        self.replies, self.texts = replies, []
+
+    def encode_chat(self, messages):
+        self.texts.append(messages[-1]["content"])
+        return [0]
+
+    def generate(self, ids, max_new_tokens, sampling, ban, placed=None):
+        self.reply = self.replies.get(self.texts[-1], "")
+        return super().generate(ids, max_new_tokens, sampling, ban, placed)
+
+
+def test_a_long_question_the_model_answers_whole_is_translated_piece_by_piece():
+    """The model answers a narrative question instead of translating it; its sentences, and the clauses
+    leading up to its question apart from the one asking, are each translated: what happened, then the
+    question. A piece telling what happened that gets no translation is left out; a question that gets none
+    leaves the whole untranslated."""
+    from app.answer.translation import to_english
+
+    question = "朋友开车过来帮我搭电，那根黑色的线应该夹在哪儿？"
+    replies = {question: "Clamp the black cable to the earth point.",
+               "朋友开车过来帮我搭电。": "A friend came over to jump-start my car.",
+               "那根黑色的线应该夹在哪儿？": "Where should the black cable be clamped?"}
+    model = _TranslatorOf(replies)
+    assert to_english(model, question) == ("A friend came over to jump-start my car. "
+                                           "Where should the black cable be clamped?")
+    assert model.texts == [question, question, "朋友开车过来帮我搭电。", "那根黑色的线应该夹在哪儿？"]
+    two = "开着开着黄色的ABS灯亮了，这时候刹车还管用吗？开的时候要注意点啥？"
+    model = _TranslatorOf({"这时候刹车还管用吗？": "Do the brakes still work now?",
+                           "开的时候要注意点啥？": "What should I watch out for while driving?"})
+    assert to_english(model, two) == "Do the brakes still work now? What should I watch out for while driving?"
+    assert model.texts[2:] == ["开着开着黄色的ABS灯亮了。", "这时候刹车还管用吗？", "开的时候要注意点啥？"]
+    answered = {**replies, "那根黑色的线应该夹在哪儿？": "It goes on the earth point."}
+    assert to_english(_TranslatorOf(answered), question) == ""
+
+
+def test_a_translation_may_say_a_spoken_range_as_one_figure_inside_it():
+    """"八九百公斤" is 800-900 kg: "about 890 kilograms" restates it; 1,200 kg is the model's own number."""
+    from app.answer.translation import to_english
+
+    question = "没刹车的小拖车，八九百公斤，这车能拖吗？"
+    assert to_english(_Translator("Can the car tow an unbraked trailer of about 890 kilograms?"), question)
+    assert to_english(_Translator("Can the car tow an unbraked trailer of 800 to 900 kg?"), question)
+    assert to_english(_Translator("Can the car tow an unbraked trailer of 1,200 kg?"), question) == ""
+    assert to_english(_Translator("Can the car tow 1.2 tonnes with brakes?"), "拖车大概一吨二，带刹车的，能拖吗？")
+
+
 def test_a_translation_states_the_values_of_its_text_as_written():
     from app.answer.translation import same_values
 

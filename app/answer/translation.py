@@ -58,7 +58,44 @@ def to_english(llm: LLM, text: str, whole: bool = False, kept: PassageKV | None 
     `kept`: where the rows of the instructions and examples every translation starts with are kept, placed
     instead of prefilled (about 100 tokens: 0.7 s of a 1.5B's prefill on two cores)."""
     english = _translated(llm, text, whole, kept)
-    return english if english or whole else _translated(llm, text, True, kept)
+    if english or whole:
+        return english
+    return _translated(llm, text, True, kept) or _by_pieces(llm, text, kept)
+
+
+# where a message's sentences end, and a clause of a sentence
+_SENTENCE_END = re.compile(r"(?<=[。？！?!])")
+_CLAUSE_END = re.compile(r"[，,](?=[^，,]*$)")
+
+
+def _asks(text: str) -> bool:
+    return text.rstrip().endswith(("?", "？"))
+
+
+def _pieces(text: str) -> list[str]:
+    """A message's sentences, with the clauses that lead up to a question apart from the clause that asks it
+    ("朋友开车过来帮我搭电，那根黑色的线应该夹在哪儿？": the help a friend gives, then where the cable goes)."""
+    out = []
+    for sentence in filter(str.strip, _SENTENCE_END.split(text.strip())):
+        lead = _CLAUSE_END.split(sentence) if _asks(sentence) else [sentence]
+        out += [f"{lead[0]}。", lead[1]] if len(lead) == 2 and lead[0].strip() else [sentence]
+    return out
+
+
+def _by_pieces(llm: LLM, text: str, kept: PassageKV | None) -> str:
+    """A long question in English piece by piece (`_pieces`), where the model answers it whole or turns it into a
+    statement: each piece is short, as the examples are. A piece telling what happened that gets no usable
+    translation is left out; a question that gets none leaves the whole untranslated ("")."""
+    said = []
+    pieces = _pieces(text)
+    if len(pieces) < 2:
+        return ""
+    for piece in pieces:
+        english = _translated(llm, piece, False, kept)
+        if not english and _asks(piece):
+            return ""
+        said.append(english)
+    return " ".join(filter(None, said))
 
 
 # what every translation starts with: the instructions, then the examples as turns
@@ -84,15 +121,28 @@ def _translated(llm: LLM, text: str, whole: bool, kept: PassageKV | None) -> str
     gen = llm.generate(ids, max_new_tokens=budget, sampling=SamplingParams(), ban=ban, placed=placed)
     out = "".join(delta.text for delta in gen).strip()
     english = out.splitlines()[0].strip() if out and gen.result.finish_reason == "stop" else ""
-    asked = text.rstrip().endswith(("?", "？"))
-    if (asked and "?" not in english) or not _numbers(english) <= _numbers(text):
+    if (_asks(text) and "?" not in english) or not _restates(_numbers(english), _numbers(text)):
         return ""
     return english
 
 
-def _numbers(text: str) -> set[str]:
+def _numbers(text: str) -> set[float]:
     """The amounts a text states, without their units: "一百二" is the translation's "120 km/h"."""
-    return {f.key.split()[0] for f in extract_facts(text) if f.kind == "number"}
+    out = set()
+    for f in extract_facts(text):
+        if f.kind == "number":
+            try:
+                out.add(float(f.key.split()[0]))
+            except ValueError:
+                pass
+    return out
+
+
+def _restates(said: set[float], amounts: set[float]) -> bool:
+    """Whether a translation's amounts are the text's: each one of them, or inside the span they give: a
+    range said as the one figure it is about ("八九百公斤", 800-900 kg, as "about 890 kilograms"). A number
+    beyond them is the model's answer, not a translation."""
+    return all(n in amounts or (amounts and min(amounts) <= n <= max(amounts)) for n in said)
 
 
 def same_values(one: str, other: str) -> bool:
