@@ -32,12 +32,15 @@ class AnswerProfile(BaseModel):
         description="Words that say nothing about what a question of this KB asks, because every question "
                     "could use them (a car manual's \"car\" and \"vehicle\", its product name).")
 
-    # the answerability thresholds on the best passage (app/answer/passages.py has the defaults and where
-    # they were measured); set them for a KB after measuring its own answerable and unanswerable questions
+    # the answerability thresholds (app/answer/passages.py and judge.py have the defaults and where they were
+    # measured); set them for a KB after measuring its own answerable and unanswerable questions
     min_confidence: float | None = Field(default=None, ge=-1, le=2, description="Least cosine + 0.2 x term "
                                          "coverage of the best passage for a question the embedder reads.")
     min_bm25: float | None = Field(default=None, ge=0, description="Least BM25 of the best passage for a question "
                                                                    "the embedder cannot read.")
+    min_answers: float | None = Field(default=None, ge=0, le=1, description="Least probability the answer model "
+                                      "gives a passage's sentences answering a question that uses words the KB never "
+                                      "writes, for them to be said when its own answer fails its checks.")
 
     @field_validator("assistant", "user", "listening")
     @classmethod

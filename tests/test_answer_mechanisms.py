@@ -681,6 +681,59 @@ class _Says(_TwoAnswers):
         super().__init__(answer, answer)
 
 
+class _Judges(_Says):
+    """A model whose answer fails its checks, and which judges any text an answer with probability `p_yes`
+    when asked in a prompt of its own (judge.py: "yes" and "no" are tokens 3 and 2 of this tokenizer)."""
+
+    def __init__(self, answer: str, p_yes: float):
+        super().__init__(answer)
+        self.p_yes, self.asked = p_yes, []
+
+    def encode_chat(self, messages):
+        self.asked.append(messages[-1]["content"])
+        return [-1, *self.encode(messages[-1]["content"])]
+
+    def generate(self, prompt_ids, max_new_tokens, sampling=None, stop=None, cancel=None, **options):
+        import math
+
+        from runtime.llm import GenerationResult
+
+        if prompt_ids[0] != -1:
+            return super().generate(prompt_ids, max_new_tokens, sampling, stop, cancel, **options)
+        top = ((3, math.log(self.p_yes)), (2, math.log(1 - self.p_yes)))
+
+        class Judgement:
+            def run(gen):
+                return GenerationResult([3], "yes", "length", len(prompt_ids), 0, 0.1, 0.1, 0.0, first_top=top)
+
+        return Judgement()
+
+
+LOST_CARD = ("Open Settings, then Keys, select the lost key card and tap Remove, so it can no longer open or start the "
+             "car. New key cards can be ordered from a service centre.")
+
+
+@pytest.mark.parametrize("p_yes, said", [(0.9, True), (0.5, False)])
+def test_a_quote_in_doubt_by_the_questions_words_is_said_when_the_model_judges_it_an_answer(p_yes, said):
+    """"Make the card invalid": the KB never writes "invalid", so whether its lost-card entry answers is in
+    doubt by words. When the model's own answer fails its checks, the quote is said only if the model,
+    asked in a prompt of its own with the question as the user asked it, judges that it answers."""
+    quote = LOST_CARD.split(". New")[0] + "."
+    question = "I lost a key card. Can I make that card invalid?"
+    llm = _Judges("No, a lost card stays valid for 30 days.", p_yes)
+    text, grounding = _generate(llm, question, LOST_CARD, doubted=quote)
+    assert llm.asked and question in llm.asked[0] and quote in llm.asked[0]
+    if said:
+        assert text == quote and grounding.decision == "extractive", grounding.reason
+        assert "the model judges them an answer (0.90)" in grounding.reason
+    else:
+        assert grounding.decision == "refused" and "don't know" in text, (text, grounding.reason)
+    # a profile's threshold decides instead of the default
+    text, grounding = _generate(_Judges("No, a lost card stays valid for 30 days.", p_yes), question, LOST_CARD,
+                                doubted=quote, min_answers=0.4)
+    assert grounding.decision == "extractive" and text == quote
+
+
 def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():
     text, grounding = _generate(_Says("Flask raises `UploadTooBig` then. Set MAX_CONTENT_LENGTH to limit the size of "
                                       "uploads."), "How do I limit upload sizes?", UPLOADS)

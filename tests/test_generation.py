@@ -36,6 +36,26 @@ def test_smollm2_greedy_equals_reference_loop(smollm_gguf, smollm_build):
     assert len(result.token_ids) >= 16 and result.text.strip()
 
 
+@pytest.mark.slow
+def test_the_models_judgement_of_a_quote_is_its_yes_against_no_and_leaves_the_cache_as_it_was(smollm_gguf,
+                                                                                              smollm_build):
+    """app/answer/judge.py: the probability of "yes" against "no" at the first step of the judging prompt, as
+    the float64 reference decoder gives it (over the whole vocabulary); the next answer is the same as if
+    no judgement had been asked in between."""
+    from app.answer.judge import answers_probability, judge_prompt, replies
+
+    llm = LLM(smollm_build)
+    prompt = llm.encode_chat(CHAT)
+    before = llm.generate(prompt, max_new_tokens=12).run().token_ids
+    question, text = "Where is the charge port?", "The charge port is on the left rear wing, above the rear wheel."
+    p = answers_probability(llm, question, text)
+    last = RefDecoder.from_gguf(smollm_gguf).logits(llm.encode_chat(judge_prompt(question, text)))[-1]
+    probs = np.exp(last - last.max())
+    yes, no = (sum(probs[t] for t in tokens) for tokens in replies(llm))
+    assert p is not None and abs(p - yes / (yes + no)) < 0.03, (p, yes / (yes + no))
+    assert llm.generate(prompt, max_new_tokens=12).run().token_ids == before
+
+
 def test_prefix_reuse_is_token_identical(tiny_llm, tiny_builds):
     first = [int(t) for t in np.random.default_rng(1).integers(3, 290, size=23)]
     turn1 = tiny_llm.generate(first, max_new_tokens=6).run()

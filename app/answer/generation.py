@@ -22,6 +22,7 @@ from itertools import chain
 
 from app.answer.across import CrossLingualVerifier
 from app.answer.facts import QUANTITY_KINDS, asked_units, dimension, extract_facts, states_quantity
+from app.answer.judge import answers_probability
 from app.answer.passage_kv import PassageKV
 from app.answer.plan import AnswerPlan, names
 from app.answer.question import answers_kind, asks_number, asks_quantity, on_topic, topic, unit_of, wanted_units
@@ -95,6 +96,7 @@ class GroundedGeneration:
         self._timings = dict(plan.timings)
         self._verify_s = 0.0  # spent checking sentences before the first one was said
         self.refusal_probability: float | None = None  # the model's, at its first step (refusal_probability)
+        self.answers_probability: float | None = None  # the model's judgement of a doubted quote (_judged)
 
     def __iter__(self) -> Iterator[str]:
         self.result = yield from self._run()
@@ -187,7 +189,7 @@ class GroundedGeneration:
         # the model's "I don't know" stands unless the passages state what each part asks for, or the
         # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
         quote = plan.refusal_quote if verdict == "model_refused" else (
-            plan.limit_answer or plan.quotes().extractive or plan.part_quote or plan.bound_quote)
+            plan.limit_answer or plan.quotes().extractive or self._judged() or plan.part_quote or plan.bound_quote)
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
@@ -206,12 +208,24 @@ class GroundedGeneration:
             why = f"{why}; the passages' sentences for it are about something else ({', '.join(f.text for f in wrong)})"
             quote = ""
         if quote:
+            if quote == plan.doubted:
+                why += f"; the model judges them an answer ({self.answers_probability:.2f})"
             for sentence in split_sentences(quote):
                 yield from self._emit(sentence)
             return self._finish("stop", tokens, self._grounding(
                 "extractive", f"{why}: the passages are quoted instead", [verifier.check(quote)], unsupported))
         yield from self._emit(plan.dont_know())
         return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
+
+    def _judged(self) -> str:
+        """The quote of a question using words the KB never writes (AnswerPlan.doubted), when the model
+        judges that it answers the question as asked (judge.py); else ""."""
+        plan = self.plan
+        if not plan.doubted:
+            return ""
+        self.answers_probability = answers_probability(self.llm, plan.question, plan.doubted)
+        p = self.answers_probability
+        return plan.doubted if p is not None and p >= plan.min_answers else ""
 
     def _verifier(self) -> _Checks:
         """The checks for the model's answer: of the question, or for a translated question (answered in

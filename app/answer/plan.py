@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from app.answer.extractive import best_sentence, extract_answer
 from app.answer.facts import extract_facts, states_phone
 from app.answer.identifiers import identifiers, stated
+from app.answer.judge import MIN_ANSWERS
 from app.answer.passages import (BUDGET_MARGIN, COVERAGE_WEIGHT, Passage, confidence, confident, language,
                                  passage_prompt, select)
 from app.answer.limits import Limit, bound_sentence, comparison_note, judge_limit
@@ -53,6 +54,7 @@ WINDOW_TOKENS = 360  # of a section shown as one passage (`_window`): about thre
 SECTION_MAX_TOKENS = 400  # a whole section shown for a value its window lacks (_fit): no longer
 # a section this short is written as one answer (an FAQ answer is 2-5 sentences): quotable (_answer_sized)
 ANSWER_SENTENCES = 10
+WHOLE_SENTENCES = 4  # an FAQ answer said whole (_short): about 20 seconds read aloud
 
 
 @dataclass
@@ -70,6 +72,10 @@ class AnswerPlan:
     passages: list[Passage] = field(default_factory=list)
     confidence: Confidence | None = None
     extractive: str = ""  # the quoted fallback: the best passage's sentences for the question
+    # the same, when the question's words put it in doubt (words the KB never writes, the rarest it writes
+    # not named): said only if the model judges that it answers the question (judge.py), at least this likely
+    doubted: str = ""
+    min_answers: float = MIN_ANSWERS
     refusal: str | None = None  # set when the answer is "I don't know" without asking the model
     direct: str = ""  # set when the passages' own words answer without asking the model (limits.Limit.alone)
     missing_topic: set[str] = field(default_factory=set)  # the question's topic, when the whole KB never names it
@@ -345,20 +351,24 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
     kind_asked = asks_quantity(question) or not answers_kind(words, "") or asks_yes_no_somewhere(question)
     quotable = not plan.missing_topic and not (unknown and (kind_asked or not _about_the_rest(
         places, unknown, plan.passages[0])))
+    plan.min_answers = MIN_ANSWERS if profile.min_answers is None else profile.min_answers
     similarity = _similarity(reader) if reader is not None else None
 
     def quotes() -> None:
         # a translated question's quote is chosen by its translation, in the passages' language
-        if quotable and _answer_sized(kb, plan.passages[0]):
+        if not plan.missing_topic and _answer_sized(kb, plan.passages[0]):
             best = plan.passages[0]
             quote = extract_answer(words, best.body, similarity)
             # quoted only from a passage about what the question asks, and only if it states the kind of
             # value asked for, as asked and as translated (a translation may lose the unit: "多少升" is
-            # litres): a faithful quote of the wrong entry is still a wrong answer
-            if (on_topic(words, best.text)
-                    and all(answers_kind(q, quote) for q in {question, words})
-                    and _quotable(plan.rarest, words, plan.passages)):
-                plan.extractive = quote
+            # litres): a faithful quote of the wrong entry is still a wrong answer. Whether the passage is
+            # about it by the question's words (those the KB never writes, the one it writes least) is a
+            # doubt the model's judgement may settle: most such words are the user's way of putting it
+            if on_topic(words, best.text) and all(answers_kind(q, quote) for q in {question, words}):
+                if quotable and _quotable(plan.rarest, words, plan.passages):
+                    plan.extractive = quote
+                else:  # an FAQ entry the model judges an answer is said whole: its sentences are one answer
+                    plan.doubted = best.body.strip() if best.faq and _short(best.body) else quote
         if len(asked) > 1 and not plan.translation:
             plan.supplement = _supplement(question, asked, plan.passages, similarity)
             kinds = [part for part in asked if not answers_kind(part, "")]
@@ -440,6 +450,11 @@ def _answer_sized(kb, passage: Passage) -> bool:
     if passage.faq:
         return True
     return len([s for s in split_sentences(kb.section_text(passage.hit)) if s.strip()]) <= ANSWER_SENTENCES
+
+
+def _short(text: str) -> bool:
+    """Whether a text is short enough to be said whole as a spoken answer."""
+    return len([s for s in split_sentences(text) if s.strip()]) <= WHOLE_SENTENCES
 
 
 def _written_in_kb(kb, name: str, written: Callable[[str], bool] | None = None) -> bool:
