@@ -1088,17 +1088,19 @@ def test_a_long_question_the_model_answers_whole_is_translated_piece_by_piece():
     replies = {question: "Clamp the black cable to the earth point.",
                "朋友开车过来帮我搭电。": "A friend came over to jump-start my car.",
                "那根黑色的线应该夹在哪儿？": "Where should the black cable be clamped?"}
+    assert to_english(_TranslatorOf(replies), question) == ""  # where its own search found an answer
     model = _TranslatorOf(replies)
-    assert to_english(model, question) == ("A friend came over to jump-start my car. "
-                                           "Where should the black cable be clamped?")
+    assert to_english(model, question, pieces=True) == ("A friend came over to jump-start my car. "
+                                                        "Where should the black cable be clamped?")
     assert model.texts == [question, question, "朋友开车过来帮我搭电。", "那根黑色的线应该夹在哪儿？"]
     two = "开着开着黄色的ABS灯亮了，这时候刹车还管用吗？开的时候要注意点啥？"
     model = _TranslatorOf({"这时候刹车还管用吗？": "Do the brakes still work now?",
                            "开的时候要注意点啥？": "What should I watch out for while driving?"})
-    assert to_english(model, two) == "Do the brakes still work now? What should I watch out for while driving?"
+    assert to_english(model, two, pieces=True) == ("Do the brakes still work now? "
+                                                   "What should I watch out for while driving?")
     assert model.texts[2:] == ["开着开着黄色的ABS灯亮了。", "这时候刹车还管用吗？", "开的时候要注意点啥？"]
     answered = {**replies, "那根黑色的线应该夹在哪儿？": "It goes on the earth point."}
-    assert to_english(_TranslatorOf(answered), question) == ""
+    assert to_english(_TranslatorOf(answered), question, pieces=True) == ""
 
 
 def test_a_translation_may_say_a_spoken_range_as_one_figure_inside_it():

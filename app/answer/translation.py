@@ -47,7 +47,7 @@ def _chinese_tokens(llm: LLM) -> frozenset[int]:
     return frozenset(i for i, text in enumerate(texts) if writes_chinese(text))
 
 
-def to_english(llm: LLM, text: str, whole: bool = False, kept: PassageKV | None = None) -> str:
+def to_english(llm: LLM, text: str, whole: bool = False, kept: PassageKV | None = None, pieces: bool = False) -> str:
     """The text in English, by the model (greedy); "" when it gives nothing usable: no whole line, a statement
     for a question, or a number the text does not state (an answer, not a translation). `whole`: no Chinese
     token allowed, so a word the model would leave as it is gets put into English ("the滤网 cover"): what a
@@ -56,11 +56,12 @@ def to_english(llm: LLM, text: str, whole: bool = False, kept: PassageKV | None 
     (a container's Chinese name made "pot" found no passage for a development question); but a question
     the model answered instead of translating is tried again so, which leads the model another way.
     `kept`: where the rows of the instructions and examples every translation starts with are kept, placed
-    instead of prefilled (about 100 tokens: 0.7 s of a 1.5B's prefill on two cores)."""
+    instead of prefilled (about 100 tokens: 0.7 s of a 1.5B's prefill on two cores). `pieces`: a question that
+    gets no translation whole is translated piece by piece (`_by_pieces`)."""
     english = _translated(llm, text, whole, kept)
     if english or whole:
         return english
-    return _translated(llm, text, True, kept) or _by_pieces(llm, text, kept)
+    return _translated(llm, text, True, kept) or (_by_pieces(llm, text, kept) if pieces else "")
 
 
 # where a message's sentences end, and a clause of a sentence
