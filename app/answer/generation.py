@@ -189,7 +189,7 @@ class GroundedGeneration:
         # the model's "I don't know" stands unless the passages state what each part asks for, or the
         # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
         quote = plan.refusal_quote if verdict == "model_refused" else (
-            plan.limit_answer or plan.quotes().extractive or self._judged() or plan.part_quote or plan.bound_quote)
+            plan.limit_answer or plan.quotes().extractive or plan.part_quote or self._judged() or plan.bound_quote)
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
