@@ -102,7 +102,7 @@ def test_a_chinese_question_is_answered_from_the_entry_its_translation_finds(sam
     english = {"这车电池到底有多少度电？电池包质保是几年？":
                "How much energy does the battery hold, and how long is the battery warranty?",
                "遥控钥匙里面装的是哪种纽扣电池？": "What kind of coin battery is in the key fob?"}
-    monkeypatch.setattr(planning, "to_english", lambda llm, text, kept=None: english[text])
+    monkeypatch.setattr(planning, "to_english", lambda llm, text, **_: english[text])
     llm = LLM(smollm_build)
     with KnowledgeBase.open(copy, Embedder(minilm_build), second_embedder=Embedder(e5_build)) as kb:
         kb.embed_second()
