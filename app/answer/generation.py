@@ -218,8 +218,8 @@ class GroundedGeneration:
         return self._finish("stop", tokens, self._grounding("refused", why, [], unsupported))
 
     def _judged(self) -> str:
-        """The quote of a question using words the KB never writes (AnswerPlan.doubted), when the model
-        judges that it answers the question as asked (judge.py); else ""."""
+        """The quote the question's words put in doubt (AnswerPlan.doubted), when the model judges that it
+        answers the question as asked (judge.py); else ""."""
         plan = self.plan
         if not plan.doubted:
             return ""

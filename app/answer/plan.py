@@ -304,8 +304,8 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
                     or not confident(found.confidence, profile)
                     or _lacks_topic(question, *looked_up(question), found.chosen))
         translating = time.perf_counter()
-        # translated piece by piece only when its own search found nothing to answer from: a piece's
-        # translation reads less of the question ("帮我搭电" alone became "help me charge the car")
+        # translated piece by piece only when its own search found nothing to answer from: a piece is
+        # translated without the rest of the question, which a word may need to be read right
         english = to_english(llm, query, kept=kept, pieces=found.reader is None or not found.chosen
                              or not confident(found.confidence, profile))
         plan.timings["translation_ms"] = round((time.perf_counter() - translating) * 1000, 1)

@@ -75,7 +75,7 @@ def _asks(text: str) -> bool:
 
 def _pieces(text: str) -> list[str]:
     """A message's sentences, with the clauses that lead up to a question apart from the clause that asks it
-    ("朋友开车过来帮我搭电，那根黑色的线应该夹在哪儿？": the help a friend gives, then where the cable goes)."""
+    ("路由器用了三年了，晚上老断网，是不是该换了？": how old it is and what it does, then whether to replace it)."""
     out = []
     for sentence in filter(str.strip, _SENTENCE_END.split(text.strip())):
         lead = _CLAUSE_END.split(sentence) if _asks(sentence) else [sentence]
@@ -141,7 +141,7 @@ def _numbers(text: str) -> set[float]:
 
 def _restates(said: set[float], amounts: set[float]) -> bool:
     """Whether a translation's amounts are the text's: each one of them, or inside the span they give: a
-    range said as the one figure it is about ("八九百公斤", 800-900 kg, as "about 890 kilograms"). A number
+    range said as the one figure it is about ("两三百毫升", 200-300 ml, as "about 250 ml"). A number
     beyond them is the model's answer, not a translation."""
     return all(n in amounts or (amounts and min(amounts) <= n <= max(amounts)) for n in said)
 
