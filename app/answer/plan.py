@@ -54,7 +54,7 @@ WINDOW_TOKENS = 360  # of a section shown as one passage (`_window`): about thre
 SECTION_MAX_TOKENS = 400  # a whole section shown for a value its window lacks (_fit): no longer
 # a section this short is written as one answer (an FAQ answer is 2-5 sentences): quotable (_answer_sized)
 ANSWER_SENTENCES = 10
-WHOLE_SENTENCES = 4  # an FAQ answer said whole (_short): about 20 seconds read aloud
+WHOLE_SENTENCES = 4  # an FAQ answer said whole (a judged quote): about 20 seconds read aloud
 
 
 @dataclass
@@ -371,7 +371,8 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
                 if quotable and _quotable(plan.rarest, words, plan.passages):
                     plan.extractive = quote
                 else:  # an FAQ entry the model judges an answer is said whole: its sentences are one answer
-                    plan.doubted = best.body.strip() if best.faq and _short(best.body) else quote
+                    plan.doubted = (best.body.strip() if best.faq and _sentence_count(best.body) <= WHOLE_SENTENCES
+                                    else quote)
         if len(asked) > 1 and not plan.translation:
             plan.supplement = _supplement(question, asked, plan.passages, similarity)
             kinds = [part for part in asked if not answers_kind(part, "")]
@@ -452,12 +453,11 @@ def _answer_sized(kb, passage: Passage) -> bool:
     documentation section are no answer as often as not (a config reference, a page of parameters)."""
     if passage.faq:
         return True
-    return len([s for s in split_sentences(kb.section_text(passage.hit)) if s.strip()]) <= ANSWER_SENTENCES
+    return _sentence_count(kb.section_text(passage.hit)) <= ANSWER_SENTENCES
 
 
-def _short(text: str) -> bool:
-    """Whether a text is short enough to be said whole as a spoken answer."""
-    return len([s for s in split_sentences(text) if s.strip()]) <= WHOLE_SENTENCES
+def _sentence_count(text: str) -> int:
+    return len([s for s in split_sentences(text) if s.strip()])
 
 
 def _written_in_kb(kb, name: str, written: Callable[[str], bool] | None = None) -> bool:

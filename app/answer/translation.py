@@ -129,14 +129,7 @@ def _translated(llm: LLM, text: str, whole: bool, kept: PassageKV | None) -> str
 
 def _numbers(text: str) -> set[float]:
     """The amounts a text states, without their units: "一百二" is the translation's "120 km/h"."""
-    out = set()
-    for f in extract_facts(text):
-        if f.kind == "number":
-            try:
-                out.add(float(f.key.split()[0]))
-            except ValueError:
-                pass
-    return out
+    return {float(f.value) for f in extract_facts(text) if f.kind == "number"}  # digits: facts._NUMBER
 
 
 def _restates(said: set[float], amounts: set[float]) -> bool:
