@@ -289,27 +289,16 @@ def test_limits_of_two_passages_that_disagree_decide_nothing():
     fast = "The car accepts up to 150 kW of DC power at a fast charger."
     assert judge_limit("Can I charge at 100 kW?", [outlet, fast]) is None  # which limit is the question's?
     assert judge_limit("Can I charge at 100 kW?", [fast]).reply == "yes"
-    # ... whatever the embedder finds nearer
-    def nearer(meant: str):
-        return lambda question, sentences: [1.0 if s == meant else 0.5 for s in sentences]
-
-    assert judge_limit("Can I charge at 100 kW?", [fast, outlet], similarity=nearer(fast)) is None
-    # limits that give one reply leave open which to say, and one of them is wrong: the search's first, when
-    # the embedder finds it the nearest
+    # limits that give one reply leave open which to say, and one of them is wrong: the towed car's 30 km/h
+    # is no answer on a trailer, whichever passage the search found first
     towed = "When towing the car itself on all four wheels, do not exceed 30 km/h."
     towing = "When towing a trailer, do not exceed 100 km/h."
     question = "Can I drive at 110 km/h when towing?"
-    assert judge_limit(question, [towed, towing]) is None
-    assert judge_limit(question, [towed, towing], similarity=nearer(towing)) is None
-    assert judge_limit(question, [towing, towed], similarity=nearer(towing)).bound == towing
-    # ... where the one the search found first is the nearest in meaning, whichever shares more words
+    assert judge_limit(question, [towed, towing]) is None and judge_limit(question, [towing, towed]) is None
+    assert judge_limit(question, [towing]).bound == towing
     swap = "Swap shouldn't be smaller than 512MB."
     var = "You should allocate at least 200MB for /var."
-    question = "For a small server, is 150 MB enough for /var?"
-    assert judge_limit(question, [var, swap], similarity=nearer(var)).bound == var
-    assert judge_limit(question, [var, swap], similarity=nearer(swap)) is None
-    # ... and none for a translated question: every reading rests on the translation
-    assert judge_limit("小服务器的 /var 给 150 MB 够吗？", [var, swap], question, similarity=nearer(var)) is None
+    assert judge_limit("For a small server, is 150 MB enough for /var?", [var, swap]) is None
     # a bound on something the question never names decides nothing, where the deciding one's sentence does
     lane = "车速在 60 到 150 公里每小时之间时，车道保持辅助会轻轻把车拉回车道。"
     assert judge_limit("高速上我开到一百六，自适应巡航还能开着用吗？", [lane, ACC_ZH]).reply == "yes"

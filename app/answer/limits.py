@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from app.answer.bounds import AS_LITTLE_AS, AS_MUCH_AS, LOWER, UPPER, bounds
@@ -286,20 +285,16 @@ _NEEDS = re.compile(r"(?:\b(?:takes?(?:\s+up)?|took|requires?|required|needs?|ne
                     r"\s*(?:about|around|approximately|roughly|at\s+least|约|大约|至少)?\s*$", re.I)
 
 
-Similarity = Callable[[str, list[str]], list[float]]  # a question's cosine with each of some sentences
-
-
-def judge_limit(question: str, passages: list[str], about: str = "", titles: list[str] = (),
-                similarity: Similarity | None = None) -> Limit | None:
+def judge_limit(question: str, passages: list[str], about: str = "", titles: list[str] = ()) -> Limit | None:
     """The reply to "can I tow 1,800 kg?" when the question asks whether its one amount is within
     what the passages allow or need and the sentences most about the question bound it one way: an
     upper bound ("up to 1,500 kg", "do not exceed 50 km/h"), a lower one ("at least 780MB") or a
     range ("between 50 and 100 percent"). An amount the user gives as a range ("五六米", "5-6 m") gets
     a reply only when both its ends get the same one. None when any of that is unclear, or two
-    sentences disagree. `about`: the question in the passages' language (its translation, plan.py),
-    whose words rank their sentences; the amount is the question's own. `titles`: each passage's entry
-    title. `similarity`: the embedder's cosines, which choose between passages that bound the amount at
-    different values but give the same reply (`_settled`)."""
+    sentences disagree, or another passage bounds the amount at another value (which limit is the
+    question's is then unclear). `about`: the question in the passages' language (its translation,
+    plan.py), whose words rank their sentences; the amount is the question's own. `titles`: each
+    passage's entry title."""
     asked_parts = [p for p in _question_parts(question) if _ASKS.search(p)]
     asking = [p for p in asked_parts if _within(p) or _asks_if_due(p)]
     if len(asking) != 1:
@@ -310,7 +305,7 @@ def judge_limit(question: str, passages: list[str], about: str = "", titles: lis
         asked = _asked_about(asked, question, asking[0])
     if not (len(asked) == 1 or _one_range(asked)):
         return None
-    limits = [_judged(q, question, asking[0], ranked, about, titles, similarity) for q in asked]
+    limits = [_judged(q, question, asking[0], ranked, about, titles) for q in asked]
     if None in limits or len({limit.reply for limit in limits}) != 1:
         return None
     return replace(limits[0], alone=len(asked_parts) == 1)
@@ -368,8 +363,7 @@ def _asked_about(asked: list[Quantity], question: str, asking: str) -> list[Quan
     return meant
 
 
-def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str, titles: list[str],
-            similarity: Similarity | None) -> Limit | None:
+def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str, titles: list[str]) -> Limit | None:
     """judge_limit's reply for one amount of the user's, `asking` the part that asks about it."""
     words = about or question
     wanted = terms(without_facts(words))
@@ -414,35 +408,17 @@ def _judged(q: Quantity, question: str, asking: str, ranked: Ranked, about: str,
     # another passage bounding the same kind at other values: which limit is the question's is unclear
     # ("can I charge at 200 kW?" beside the fast charger's 150 kW and the power outlet's 3.6 kW), unless
     # it bounds something the question never names, in its sentence or its entry's title, where the
-    # deciding one does: "can the kettle run on 250 V?" is not asked of the toaster's range
+    # deciding one does: "can the kettle run on 250 V?" is not asked of the toaster's range. Unclear
+    # even when both give the same reply: the bound said with it must be the question's (choosing by
+    # the search's order and the embedder's nearest said the power outlet's 3.6 kW to "can I charge at
+    # 200 kW?")
     def named(said: str, i: int) -> bool:
         return bool((terms(said) | terms(titles[i] if i < len(titles) else "")) & wanted)
 
-    rivals = [(said, other, said_reply) for said, other, said_reply, values in decided[1:]
-              if other != passage and values != bound and (named(said, other) or not named(sentence, passage))]
-    if rivals:
-        sentence = _settled(sentence, passage, reply, rivals, words, similarity, translated=bool(about))
-    return Limit(reply, q, sentence.strip(), alone=True) if sentence else None
-
-
-def _settled(sentence: str, passage: int, reply: str, rivals: list[tuple[str, int, str]], words: str,
-             similarity: Similarity | None, translated: bool) -> str:
-    """The bound's sentence where other passages bound the question's amount at other values (`rivals`:
-    sentence, passage, reply); "" when that leaves open which limit is the question's. Rivals that give the
-    other reply leave the reply open. Rivals that give the same reply leave open only which limit to say,
-    which must be right all the same (one thing's speed limit is none of another's): the one the search found
-    first and the embedder, reading the sentences alone, finds nearest, when those two readings agree (words
-    shared are the weakest reading: "smaller" shares its stem with a question's "small server"). Not for a
-    translated question (`translated`), whose every reading rests on the translation: a translation that
-    loses the question's thing finds another thing's limit first and nearest."""
-    if similarity is None or translated or any(r != reply for _, _, r in rivals):
-        return ""
-    said = [(sentence, passage), *((s, p) for s, p, _ in rivals)]
-    cosines = similarity(words, [s for s, _ in said])
-    nearest = max(range(len(said)), key=cosines.__getitem__)
-    if sum(c == cosines[nearest] for c in cosines) > 1:
-        return ""
-    return said[nearest][0] if said[nearest][1] == min(p for _, p in said) else ""
+    if any(other != passage and values != bound and (named(said, other) or not named(sentence, passage))
+           for said, other, _, values in decided[1:]):
+        return None
+    return Limit(reply, q, sentence.strip(), alone=True)
 
 
 # asking whether the user's amount is what is needed or advised: "I have 4 GB. Is that at least what the

@@ -388,7 +388,7 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         # the passages' sentences ranked by the question's words in their language, the amount its own
         about = plan.translation
         plan.note = comparison_note(question, bodies, plan.lang, about)
-        plan.limit = judge_limit(question, bodies, about, [p.title for p in plan.passages], similarity)
+        plan.limit = judge_limit(question, bodies, about, [p.title for p in plan.passages])
         plan.bound_quote = "" if plan.translation else bound_sentence(question, bodies)
         # "can I tow 1,800 kg?": the bound's reply and sentence, as they are (the model says them in the
         # question's language when the passages are in another)
