@@ -721,6 +721,11 @@ def test_a_quote_in_doubt_by_the_questions_words_is_said_when_the_model_judges_i
     text, grounding = _generate(_Judges("No, a lost card stays valid for 30 days.", p_yes), question, LOST_CARD,
                                 doubted=quote, min_answers=0.4)
     assert grounding.decision == "extractive" and text == quote
+    # the same words as a part's sentence come first, said without a judgement
+    llm = _Judges("No, a lost card stays valid for 30 days.", p_yes)
+    text, grounding = _generate(llm, question, LOST_CARD, doubted=quote, part_quote=quote)
+    assert text == quote and grounding.decision == "extractive" and not llm.asked
+    assert "judges" not in grounding.reason
 
 
 def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():

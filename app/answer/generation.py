@@ -208,7 +208,8 @@ class GroundedGeneration:
             why = f"{why}; the passages' sentences for it are about something else ({', '.join(f.text for f in wrong)})"
             quote = ""
         if quote:
-            if quote == plan.doubted:
+            # (the same words may come as another quote first, a part's sentence, unjudged)
+            if quote == plan.doubted and self.answers_probability is not None:
                 why += f"; the model judges them an answer ({self.answers_probability:.2f})"
             for sentence in split_sentences(quote):
                 yield from self._emit(sentence)
