@@ -288,6 +288,7 @@ def test_limits_of_two_passages_that_disagree_decide_nothing():
     outlet = "With the adapter in the charge port, the car can supply up to 3.6 kW to your devices."
     fast = "The car accepts up to 150 kW of DC power at a fast charger."
     assert judge_limit("Can I charge at 100 kW?", [outlet, fast]) is None  # which limit is the question's?
+    assert judge_limit("Can I charge at 100 kW?", [fast, outlet]) is None
     assert judge_limit("Can I charge at 100 kW?", [fast]).reply == "yes"
     # limits that give one reply leave open which to say, and one of them is wrong: the towed car's 30 km/h
     # is no answer on a trailer, whichever passage the search found first
@@ -726,6 +727,10 @@ def test_a_quote_in_doubt_by_the_questions_words_is_said_when_the_model_judges_i
     text, grounding = _generate(llm, question, LOST_CARD, doubted=quote, part_quote=quote)
     assert text == quote and grounding.decision == "extractive" and not llm.asked
     assert "judges" not in grounding.reason
+    # an answer about what the KB never names is refused before any quote is judged
+    llm = _Judges("Open Settings, then Keys, and set the badge to invalid.", p_yes)
+    text, grounding = _generate(llm, question, LOST_CARD, doubted=quote, missing_topic={"badge"})
+    assert grounding.decision == "refused" and "never mentions" in grounding.reason and not llm.asked
 
 
 def test_a_sentence_the_passages_do_not_support_is_left_out_and_the_rest_said():

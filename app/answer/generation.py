@@ -187,9 +187,12 @@ class GroundedGeneration:
                 if repaired else "")
             return self._finish(finish, tokens, self._grounding("answered", reason, released, unsupported))
         # the model's "I don't know" stands unless the passages state what each part asks for, or the
-        # one entry a yes-or-no question found does (AnswerPlan.refusal_quote)
-        quote = plan.refusal_quote if verdict == "model_refused" else (
-            plan.limit_answer or plan.quotes().extractive or plan.part_quote or self._judged() or plan.bound_quote)
+        # one entry a yes-or-no question found does (AnswerPlan.refusal_quote); a word the KB lacks is
+        # refused whatever the passages say, so no quote is looked for (nor judged by the model) then
+        judged = ""  # the quote said because the model judges it an answer (_judged)
+        quote = "" if verdict == "off_topic" else plan.refusal_quote if verdict == "model_refused" else (
+            plan.limit_answer or plan.quotes().extractive or plan.part_quote or (judged := self._judged())
+            or plan.bound_quote)
         if verdict == "off_topic" or (verdict == "model_refused" and not quote):
             words = content_words(plan.question)
             why = ("the model found no answer in the passages" if verdict == "model_refused" else
@@ -208,8 +211,7 @@ class GroundedGeneration:
             why = f"{why}; the passages' sentences for it are about something else ({', '.join(f.text for f in wrong)})"
             quote = ""
         if quote:
-            # (the same words may come as another quote first, a part's sentence, unjudged)
-            if quote == plan.doubted and self.answers_probability is not None:
+            if quote == judged:
                 why += f"; the model judges them an answer ({self.answers_probability:.2f})"
             for sentence in split_sentences(quote):
                 yield from self._emit(sentence)
