@@ -76,6 +76,8 @@ def _reply(question: str, passage: str) -> str | None:
      "Swap shouldn't be smaller than 512MB, in most cases.", "no"),
     ("揣着钥匙走出去三四十米远，车会自己锁上吗？", "The car locks itself when the key is more than 35 metres away.",
      None),  # 30 or 40 metres: one each side of the bound
+    # a speed said with its "per hour" first (每小时二十五公里 is 25 km/h; not a distance)
+    ("下坡的时候也就每小时二十五公里，能开着定速巡航吗？", "Cruise control works between 30 and 110 km/h.", "no"),
 ])
 def test_a_users_amount_is_held_against_the_passages_limit(question, passage, reply):
     assert _reply(question, passage) == reply

@@ -113,6 +113,10 @@ def test_fact_keys_are_one_spelling():
     keys = [f.key for f in extract_facts("1,500 kg, 一千五百公斤, thirty minutes, 30 min, 三十分钟, 百分之八十, 80 %")]
     assert keys == ["1500 kg", "1500 kg", "30 min", "30 min", "30 min", "80 %", "80 %"]
     assert [f.key for f in extract_facts("Call 800-555-0199 or use the CCS2 plug.")] == ["8005550199", "ccs2"]
+    # a speed as Chinese speakers say it, per hour first or as a distance after the word for speed: km/h
+    spoken = "也就每小时五公里，车速大概二十公里，时速一百二"
+    assert [f.key for f in extract_facts(spoken)] == ["5 km/h", "20 km/h", "120 km/h"]
+    assert [f.key for f in extract_facts("每小时充三十公里")] == ["30 km"]  # range gained per hour
     # a range's unit said once is both ends' ("between 2 and 3 people" has none)
     assert [f.key for f in extract_facts("between 50 and 100 percent, between 1,000 and 1,500 kg, between 2 and 3 "
                                          "people")] == ["50 %", "100 %", "1000 kg", "1500 kg", "2", "3"]

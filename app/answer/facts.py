@@ -57,7 +57,10 @@ _UNIT_SPELLINGS: dict[str, tuple[str, ...]] = {
     "times": ("times", "次"),
 }
 _UNIT_OF = {spelling: unit for unit, spellings in _UNIT_SPELLINGS.items() for spelling in spellings}
-UNIT_WORDS = frozenset(w for s in _UNIT_OF for w in s.split())
+# units of measure the reader gives no value in (a US ton is 907 kg, a UK one 1,016), words of no topic all the
+# same: a question translated from "一吨二" asks about "1.2 tons"
+_UNCONVERTED_UNITS = ("tons", "pounds", "lbs", "ounces", "feet", "yards", "miles", "gallons")
+UNIT_WORDS = frozenset(w for s in _UNIT_OF for w in s.split()) | frozenset(_UNCONVERTED_UNITS)
 # longest first so "kwh" wins over "kw" and "km/h" over "km"
 _UNIT_ALT = "|".join(re.escape(s) for s in sorted(_UNIT_OF, key=len, reverse=True))
 _CURRENCY = {"€": "eur", "$": "usd", "£": "gbp", "¥": "cny", "元": "cny", "euros": "eur", "euro": "eur",
@@ -192,6 +195,13 @@ def _zh_fractions(text: str) -> str:
 
 # an interval said in words: "once a month" is every 1 month, as "every 12 months" is every 12
 _ONCE_A = re.compile(r"\bonce\s+(?:a|an|per|every)\s+(day|week|month|year)\b", re.I)
+# a speed as Chinese speakers say it: with its "per hour" first, "每小时五公里" (not "每小时充 30 公里", a range
+# gained per hour: nothing but a word of how much may come between), or as its distance or bare after the word
+# for speed, "车速大概二十公里", "时速一百二", "车速开到120": km/h
+_PER_HOUR_FIRST = re.compile(r"每个?小时\s*(?:大概|大约|约|只有|也就|就|才)?\s*(\d+(?:\.\d+)?)\s*(?:公里|km)"
+                             r"(?!\s*(?:每|/))", re.I)
+_SPEED_AS_KM = re.compile(r"((?:车速|时速|速度)[^，。,.;；？?！!]{0,8}?\d+(?:\.\d+)?(?:-\d+)?\s*)(?:公里|千米|km)?"
+                          r"(?!\s*(?:每小时|/小时|/时|/h|[\d.]|[A-Za-z%]|公|千|米|分|秒|小时|个|次))", re.I)
 
 
 def normalize(text: str) -> str:
@@ -199,7 +209,8 @@ def normalize(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).replace("\u2212", "-").replace("零下", " minus ")
     text = _ZH_KILO_UNITS.sub(lambda m: _ZH_KILO[m.group(0)], text)
     text = _ONCE_A.sub(lambda m: f"every 1 {m.group(1)}", text)
-    return _en_numbers(_zh_fractions(_zh_numbers(text)))
+    text = _en_numbers(_zh_fractions(_zh_numbers(text)))
+    return _SPEED_AS_KM.sub(r"\1km/h", _PER_HOUR_FIRST.sub(r"\1 km/h", text))
 
 
 # ---- facts ------------------------------------------------------------------------------------------

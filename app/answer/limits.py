@@ -72,16 +72,16 @@ class Quantity:
     def base(self) -> float:
         return self.value * _KINDS[self.kind][self.unit] if self.kind else self.value
 
-
-# a speed said as its distance or bare, as Chinese speakers do: "车速大概二十公里", "时速一百二", "车速开到120"
-# are km/h
-_SPEED_AS_KM = re.compile(r"((?:车速|时速|速度)[^，。,.;；？?！!]{0,8}?\d+(?:\.\d+)?(?:-\d+)?\s*)(?:公里|千米|km)?"
-                          r"(?!\s*(?:每小时|/小时|/时|/h|[\d.]|[A-Za-z%]|公|千|米|分|秒|小时|个|次))", re.I)
+    @property
+    def key(self) -> str:
+        """The fact key the fact reader (and bounds()) gives the value; data sizes are bare numbers to it."""
+        value = f"{self.value:g}"
+        return f"{value} {self.unit}" if self.unit and self.unit not in _DATA_UNITS else value
 
 
 def quantities(text: str) -> list[Quantity]:
     """The numbers a text states, with units where it gives them (data sizes and clock rates too)."""
-    text = _SPEED_AS_KM.sub(r"\1km/h", normalize(text))
+    text = normalize(text)
     out, taken = [], []
     for m in _DATA.finditer(text):
         unit = next(u for u, g in zip(_DATA_UNITS, m.groups()[1:]) if g)
@@ -150,7 +150,7 @@ def _asked(question: str, ranked: Ranked) -> list[Quantity]:
     # only when it is larger ("doing 60", "开到一百六")
     if bare and len(bare) == len(asked) == 1 and bare[0].value >= MIN_BARE:
         kinded = [(v, s) for s, values, _ in ranked for v in values if v.kind]
-        bounding = [v for v, s in kinded if bounds(s).get(_key(v), set()) - {None}]
+        bounding = [v for v, s in kinded if bounds(s).get(v.key, set()) - {None}]
         if kinded:
             return [Quantity(bare[0].value, (bounding or [kinded[0][0]])[0].unit, bare[0].text)]
     return _distinct([q for q in asked if q.kind])
@@ -199,7 +199,7 @@ def bound_sentence(question: str, passages: list[str], about: str = "") -> str:
     asked = _asked(question, ranked)
     if len(asked) != 1:
         return ""
-    return next((s.strip() for s, _, _ in _of_kind(ranked, asked[0].kind) if on_topic(question, s)), "")
+    return next((s.strip() for s, _, _ in _of_kind(ranked, asked[0].kind) if on_topic(about or question, s)), "")
 
 
 # asking whether a thing happens or is so, not whether it may be done: "will the seats heat up at 12 degrees?",
@@ -327,7 +327,7 @@ def bounded_away(sentence: str, amounts: list[Quantity]) -> bool:
     "you can open it at temperatures below 40 °C" leaves out 50 °C."""
     sides = bounds(sentence)
     for v in quantities(sentence):
-        side = sides.get(_key(v), set()) - {None}
+        side = sides.get(v.key, set()) - {None}
         for q in amounts:
             if q.kind == v.kind and side in ({UPPER}, {LOWER}) and not _inside(q, v, side):
                 return True
@@ -594,8 +594,8 @@ def _named(sentence: str, values: list[Quantity], wanted: set[str]) -> list[Quan
     told, parts_ = said_of(sentence), clauses(sentence)
 
     def words(v: Quantity) -> set[str]:
-        if _key(v) in told:
-            return told[_key(v)]
+        if v.key in told:
+            return told[v.key]
         clause = next((c for c in parts_ if normalize(v.text) in normalize(c)), sentence)
         return terms(without_facts(clause))
 
@@ -631,7 +631,7 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
     sides, told = bounds(sentence), said_of(sentence)
     # a list's values each belong to their own thing ("braked ... 1,500 kg, unbraked ... 750 kg"): those
     # of the thing the question names, when it names one
-    named = [v for v in values if told.get(_key(v), set()) & wanted]
+    named = [v for v in values if told.get(v.key, set()) & wanted]
     said, used = set(), set()
     for v in named or values:
         needed = _said_after(_NEEDS, v, sentence)
@@ -641,11 +641,11 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
             continue
         if conditional and q.base() == v.base():  # "below 10" says nothing of 10 itself
             continue
-        side = sides.get(_key(v), set()) - {None} or ({LOWER} if needed else set())
+        side = sides.get(v.key, set()) - {None} or ({LOWER} if needed else set())
         if side in ({UPPER}, {LOWER}):
             said.add("yes" if _inside(q, v, side) else "no")
             used.add(v.base())
-    ends = [v for v in values if sides.get(_key(v)) == {None}]
+    ends = [v for v in values if sides.get(v.key) == {None}]
     if not said and len(ends) == 2 and _RANGE.search(normalize(sentence)):
         low, high = sorted(v.base() for v in ends)
         said.add("yes" if low <= q.base() <= high else "no")
@@ -657,9 +657,3 @@ def _verdict(q: Quantity, sentence: str, values: list[Quantity], wanted: set[str
 
 _RANGE = re.compile(r"\d\s*(?:-|–|—|~|to|至|到)\s*\d|between\s+\d[\d,.]*\s*\S*\s+and\s+\d"
                     r"|在\s*\d.*(?:到|至).*\d.*之间", re.I)
-
-
-def _key(q: Quantity) -> str:
-    """The fact key bounds() gives the value (data sizes are bare numbers to the fact reader)."""
-    value = f"{q.value:g}"
-    return f"{value} {q.unit}" if q.unit and q.unit not in _DATA_UNITS else value
