@@ -607,6 +607,26 @@ def test_a_failed_reply_about_the_users_amount_is_told_the_passages_value_of_its
     assert text == BOOSTER and grounding.decision == "extractive"
 
 
+MOWER_SENSORS = "The obstacle sensors switch on below 8 km/h when something is within 60 cm of the mower."
+
+
+def test_a_translated_question_about_the_users_amount_is_told_the_passages_value_of_its_kind():
+    """A Chinese question asked of an English manual is ranked against its sentences by its translation, and the
+    user's amount is held against the quote's value, not taken for a variant the quote must name: the 60 cm
+    is said of the same sentence as the bound the 12 km/h is compared with."""
+    from app.answer.limits import bound_sentence
+    from app.answer.verify import Verifier
+
+    question = "割草机开到每小时十二公里，前面有石头，避障传感器会自己打开吗？"
+    about = "Will the obstacle sensors switch on by themselves at 12 km/h with a rock ahead?"
+    assert bound_sentence(question, [MOWER_SENSORS], about) == MOWER_SENSORS
+    assert bound_sentence(question, [MOWER_SENSORS]) == ""  # the Chinese words name nothing of the English
+    assert Verifier([MOWER_SENSORS], question).quote_fails(MOWER_SENSORS) == []
+    # a number naming which thing is meant is still a variant the quote must name
+    assert Verifier([MOWER_SENSORS], "How close must something be to the 24-volt model before its sensors switch "
+                                     "on?").quote_fails(MOWER_SENSORS)
+
+
 def test_a_limit_question_is_answered_without_the_model():
     from app.answer.limits import judge_limit
 
@@ -958,6 +978,32 @@ def test_a_question_the_kb_does_not_write_the_language_of_is_searched_and_checke
         assert plan.extractive.startswith("The water tank")
     steam = engine.plan(AnswerRequest.ask("咖啡机的蒸汽棒怎么清洗？"))
     assert steam.refusal and "never mentions" in steam.refusal, steam.refusal
+
+
+def test_a_translated_question_about_the_users_amount_is_told_the_value_of_the_passage_about_it(
+        smollm_build, minilm_build, tmp_path, monkeypatch):
+    """Chinese asked of an English manual, a yes or no about the user's amount that no bound decides ("holds"
+    is no limit): where the model's reply fails, the sentence stating a value of its kind is said, from a
+    passage naming what the question is most specifically about only (the tank's 1.8 litres are no amount
+    for descaling)."""
+    from app.answer import generation, plan as planning
+    from app.answer.pipeline import GroundedGeneration
+    from app.answer.types import AnswerRequest
+    from runtime.sampling import SamplingParams
+
+    english = {"水箱里加 2 升水行吗？": "Can I put 2 litres of water in the water tank?",
+               "除垢的时候加 2 升水行吗？": "Can I use 2 litres of water when I descale the machine?"}
+    (tmp_path / "manual.md").write_text(MANUAL_EN)
+    monkeypatch.setattr(planning, "to_english", lambda llm, text, **_: english[text])
+    monkeypatch.setattr(generation, "to_english", lambda llm, text, whole, **_: {"可以。": "Yes."}[text])
+    engine = _engine_over([tmp_path / "manual.md"], tmp_path, smollm_build, minilm_build)
+    plan = engine.plan(AnswerRequest.ask("水箱里加 2 升水行吗？"))
+    assert plan.limit is None and plan.bound_quote == "The water tank holds 1.8 litres."
+    gen = GroundedGeneration(_Says("可以。"), plan, SamplingParams())
+    assert "".join(gen) == plan.bound_quote and gen.result.grounding.decision == "extractive"
+    descaling = engine.plan(AnswerRequest.ask("除垢的时候加 2 升水行吗？"))
+    assert "Water tank" in [p.title for p in descaling.passages] and descaling.rarest == {"desca"}
+    assert descaling.bound_quote == ""
 
 
 MANUAL_LIGHTS = ("# Kettle\n\n## Descale light\n\nThe amber drop light means the kettle needs descaling. Descale it "

@@ -389,7 +389,10 @@ def plan_answer(req: AnswerRequest, llm: LLM, kb, default_max_tokens: int, defau
         about = plan.translation
         plan.note = comparison_note(question, bodies, plan.lang, about)
         plan.limit = judge_limit(question, bodies, about, [p.title for p in plan.passages])
-        plan.bound_quote = "" if plan.translation else bound_sentence(question, bodies)
+        # a translated question's only from a passage naming what it is most specifically about: the search by
+        # its translation may find a passage about something else, whose one bound sentence answers nothing
+        plan.bound_quote = bound_sentence(question, [p.body for p in plan.passages
+                                                     if not plan.translation or names(plan.rarest, p.text)], about)
         # "can I tow 1,800 kg?": the bound's reply and sentence, as they are (the model says them in the
         # question's language when the passages are in another)
         if plan.limit and plan.limit.alone and not plan.translation:

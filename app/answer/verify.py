@@ -31,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.answer.bounds import NEGATION, bounds
-from app.answer.facts import AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, extract_facts, menu_paths, without_facts
+from app.answer.facts import (AMOUNT_KINDS, QUANTITY_KINDS, Fact, FactIndex, dimension, extract_facts, menu_paths,
+                              without_facts)
 from app.answer.identifiers import identifiers, misquoted, stated_in_parts
 from app.answer.identifiers import stated as written_in
 from app.answer.limits import asks_within, bounded_away, quantities
@@ -382,7 +383,11 @@ class Verifier:
         someone else's phone number."""
         facts, index = extract_facts(quote), FactIndex.of([quote])
         named = any(index.supports(Fact("number", q, q)) for q in self.qualifiers)
-        wrong = [] if named else self._said_of_another_variant(facts, named=self.qualifiers)
+        # the user's amount a yes or no is asked about, of a kind the quote states, is held against the quote's
+        # value ("at 30 km/h" against "below 10 km/h when an obstacle is within 80 cm"): it names no variant
+        stated = {dimension(unit_of(f)) for f in facts if f.kind == "number"}
+        compared = {q.key for q in self.users_amounts if dimension(q.unit) in stated}
+        wrong = [] if named else self._said_of_another_variant(facts, named=self.qualifiers - compared)
         wrong += [f for f in self._outside_the_span(facts) if f not in wrong]
         return wrong + [f for f in facts if f not in wrong and self._someone_elses_number(f)]
 
