@@ -814,6 +814,8 @@ def test_the_drivers_own_numbers_are_no_words_the_kb_lacks():
     assert _lacks(KB(), "Can I tow 2000 kg?", passages) == {}
     assert _lacks(KB(), "What's the heaviest trailer I can tow?", passages) == {}
     assert set(_lacks(KB(), "Can I tow a caravan?", passages).values()) == {"caravan"}
+    # nor is a unit the reader gives no value in: "一吨二" translated as "1.2 tons"
+    assert _lacks(KB(), "Can I tow a trailer of 1.2 tons?", passages) == {}
 
 
 
