@@ -195,7 +195,7 @@ def _zh_fractions(text: str) -> str:
 
 # an interval said in words: "once a month" is every 1 month, as "every 12 months" is every 12
 _ONCE_A = re.compile(r"\bonce\s+(?:a|an|per|every)\s+(day|week|month|year)\b", re.I)
-# a speed as Chinese speakers say it: with its "per hour" first, "每小时五公里" (not "每小时充 30 公里", a range
+# a speed as Chinese speakers say it: with its "per hour" first, "每小时二十五公里" (not "每小时充 30 公里", a range
 # gained per hour: nothing but a word of how much may come between), or as its distance or bare after the word
 # for speed, "车速大概二十公里", "时速一百二", "车速开到120": km/h
 _PER_HOUR_FIRST = re.compile(r"每个?小时\s*(?:大概|大约|约|只有|也就|就|才)?\s*(\d+(?:\.\d+)?)\s*(?:公里|km)"

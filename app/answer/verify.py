@@ -384,7 +384,7 @@ class Verifier:
         facts, index = extract_facts(quote), FactIndex.of([quote])
         named = any(index.supports(Fact("number", q, q)) for q in self.qualifiers)
         # the user's amount a yes or no is asked about, of a kind the quote states, is held against the quote's
-        # value ("at 30 km/h" against "below 10 km/h when an obstacle is within 80 cm"): it names no variant
+        # value ("at 12 km/h" against "below 8 km/h when something is within 60 cm"): it names no variant
         stated = {dimension(unit_of(f)) for f in facts if f.kind == "number"}
         compared = {q.key for q in self.users_amounts if dimension(q.unit) in stated}
         wrong = [] if named else self._said_of_another_variant(facts, named=self.qualifiers - compared)
